@@ -7,7 +7,7 @@
  * every gate has passed.  `--device cpu` runs the whole pipeline with ref.c's
  * CPU candidate, for machines without a GPU.
  *
- * Build: make            (cc -O2 -std=c11 kgate.c -o kgate -ldl -lpthread -lm)
+ * Build: make            (cc -std=c11 -O3 kgate.c -o kgate -ldl -lpthread -lm)
  * Usage: ./kgate --help
  *
  * Sections, in the order data flows:
@@ -18,8 +18,6 @@
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <errno.h>
-#include <fcntl.h>
-#include <float.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <math.h>
@@ -62,6 +60,7 @@ static _Noreturn void die(int code, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
+    fflush(stdout);   /* what was already reported comes before the error */
     fputs("kgate: ", stderr);
     vfprintf(stderr, fmt, ap);
     fputc('\n', stderr);
@@ -948,7 +947,7 @@ static int gemm_set(struct kcase *c, const char *key, const char *val)
         return 1;
     }
     if (strcmp(key, "--layout") == 0) {
-        if (!val || strlen(val) != 2 || !strchr("NT", val[0]) || !strchr("NT", val[1]) || !val[0])
+        if (!val || strlen(val) != 2 || !strchr("NT", val[0]) || !strchr("NT", val[1]))
             die(EXIT_USAGE, "%s: --layout %s: unknown layout (NN, NT, TN, TT)", c->where, val ? val : "");
         memcpy(c->layout, val, 3);
         return 1;
@@ -1243,7 +1242,7 @@ static void gemm_prepare(struct run *r)
     gemm_output(r, "dB", K, N, M, a_t, dc, b_sk, b_sn, da, a_sk, a_sm, ddc, (int64_t)N, 1);
 }
 
-/* --- kernel handles --- */
+/* ===== Launch ===== */
 
 #define MAX_KERNELS 32
 
@@ -1696,17 +1695,27 @@ static void gate_worst_tile(const struct stats *s, const struct gate_in *g, stru
              s->worst_tile_need, DTYPES[g->t].tile_snr_cap, TILE_SNR_SLACK_DB);
 }
 
+/* How a gate's column shows its verdict. */
+enum gate_fmt {
+    SHOW_RATIO,   /* value / limit: <= 1 passes */
+    SHOW_COUNT,   /* a count */
+    SHOW_VALUE,   /* the value itself */
+    SHOW_DB,      /* decibels; +inf is "exact" (or "-" when nothing was gated) */
+};
+
 /* The gates, in the order they are printed. */
-struct gate { const char *name, *column, *catches; gate_fn eval; };
+struct gate { const char *name, *column, *catches; enum gate_fmt show; gate_fn eval; };
 static const struct gate GATES[] = {
-    { "allclose", "allclose", "a wrong element, row or tile", gate_allclose },
+    { "allclose", "allclose", "a wrong element, row or tile", SHOW_RATIO, gate_allclose },
     { "same-precision", "same-prec", "error beyond what the kernel's precision explains",
-      gate_same_precision },
-    { "nan-inf", "nan/inf", "NaN or inf the reference does not have", gate_nan_inf },
-    { "written", "unwritten", "outputs the kernel never wrote", gate_written },
-    { "nontrivial", "ref-rms", "a case a kernel returning zeros would pass", gate_nontrivial },
-    { "bias", "bias", "a small systematic error hiding under the tolerances", gate_bias },
-    { "worst-tile", "tile-dB", "one bad tile that global metrics average away", gate_worst_tile },
+      SHOW_RATIO, gate_same_precision },
+    { "nan-inf", "nan/inf", "NaN or inf the reference does not have", SHOW_COUNT, gate_nan_inf },
+    { "written", "unwritten", "outputs the kernel never wrote", SHOW_COUNT, gate_written },
+    { "nontrivial", "ref-rms", "a case a kernel returning zeros would pass", SHOW_VALUE,
+      gate_nontrivial },
+    { "bias", "bias", "a small systematic error hiding under the tolerances", SHOW_RATIO, gate_bias },
+    { "worst-tile", "tile-dB", "one bad tile that global metrics average away", SHOW_DB,
+      gate_worst_tile },
 };
 #define N_GATES (sizeof GATES / sizeof *GATES)
 
@@ -1842,19 +1851,18 @@ static void print_header(void)
 /* A gate's value as its column shows it; '!' marks a failed gate. */
 static void format_gate(char *buf, size_t n, size_t g, const struct verdict *v)
 {
-    const char *name = GATES[g].name;
     char mark = v->pass ? ' ' : '!';
-    if (strcmp(name, "nan-inf") == 0 || strcmp(name, "written") == 0)
-        snprintf(buf, n, "%.0f%c", v->value, mark);
-    else if (strcmp(name, "nontrivial") == 0)
-        snprintf(buf, n, "%.3g%c", v->value, mark);
-    else if (strcmp(name, "worst-tile") == 0 && isfinite(v->value))
-        snprintf(buf, n, "%.1f%c", v->value, mark);
-    else if (strcmp(name, "worst-tile") == 0)   /* +inf: exact tiles, or none to gate */
-        snprintf(buf, n, "%s%c", v->limit > 0 ? "exact" : v->value > 0 ? "-" : "-inf", mark);
-    else /* a ratio to the gate's limit: <= 1 passes */
-        snprintf(buf, n, "%.2f%c", v->limit > 0 ? v->value / v->limit : v->value > 0 ? INFINITY : 0,
-                 mark);
+    switch (GATES[g].show) {
+    case SHOW_COUNT: snprintf(buf, n, "%.0f%c", v->value, mark); break;
+    case SHOW_VALUE: snprintf(buf, n, "%.3g%c", v->value, mark); break;
+    case SHOW_DB:
+        if (isfinite(v->value)) snprintf(buf, n, "%.1f%c", v->value, mark);
+        else snprintf(buf, n, "%s%c", v->limit > 0 ? "exact" : v->value > 0 ? "-" : "-inf", mark);
+        break;
+    case SHOW_RATIO:
+        snprintf(buf, n, "%.2f%c", v->limit > 0 ? v->value / v->limit : v->value > 0 ? INFINITY : 0, mark);
+        break;
+    }
 }
 
 static void print_row(const struct kcase *c, const struct output *o, const struct result *res)
@@ -1896,6 +1904,47 @@ static void json_str(const char *key, const char *s, int comma)
     printf("\"%s", comma ? "," : "");
 }
 
+/* One output of a case as a JSON object: gates, metrics, worst tile, time. */
+static void json_output(const struct output *o, const struct result *x)
+{
+    printf("{");
+    json_str("name", o->name, 1);
+    printf("\"rows\":%zu,\"cols\":%zu,\"checked\":%zu,\"full\":%s,", o->rows, o->cols, x->s.n,
+           x->plan.full ? "true" : "false");
+    json_str("verdict", x->pass ? "pass" : "fail", 1);
+    printf("\"gates\":{");
+    for (size_t g = 0; g < N_GATES; g++) {
+        printf("%s\"%s\":{\"pass\":%s,", g ? "," : "", GATES[g].name, x->v[g].pass ? "true" : "false");
+        json_num("value", x->v[g].value, 1);
+        json_num("limit", x->v[g].limit, 0);
+        printf("}");
+    }
+    printf("},\"metrics\":{");
+    json_num("max_abs", x->s.max_err, 1);
+    json_num("mean_signed", x->s.mean_err, 1);
+    json_num("rel_l2", x->s.rel_l2, 1);
+    json_num("cosine", x->s.cosine, 1);
+    json_num("snr_db", x->s.snr_db, 0);
+    printf("}");
+    if (x->s.worst_tile >= 0)
+        printf(",\"worst_tile\":[%zu,%zu]", (size_t)x->s.worst_tile / x->s.tc,
+               (size_t)x->s.worst_tile % x->s.tc);
+    if (x->timed) {
+        printf(",\"time\":{");
+        json_num("median_us", x->t.median_us, 1);
+        json_num("q1_us", x->t.q1_us, 1);
+        json_num("q3_us", x->t.q3_us, 1);
+        json_num("min_us", x->t.min_us, 1);
+        json_num("max_us", x->t.max_us, 1);
+        printf("\"n\":%d,", x->t.n);
+        json_num("tflops", x->tflops, 1);
+        json_num("pct_peak", x->pct_peak >= 0 ? x->pct_peak : NAN, 0);
+        printf("}");
+    }
+    printf("}");
+}
+
+/* One case as one JSON line on stdout. */
 static void json_case(const struct run *r, const struct result *res, int pass)
 {
     printf("{");
@@ -1910,43 +1959,8 @@ static void json_case(const struct run *r, const struct result *res, int pass)
     json_str("verdict", pass ? "pass" : "fail", 1);
     printf("\"outputs\":[");
     for (int k = 0; k < r->nout; k++) {
-        const struct result *x = &res[k];
-        const struct output *o = &r->out[k];
-        printf("%s{", k ? "," : "");
-        json_str("name", o->name, 1);
-        printf("\"rows\":%zu,\"cols\":%zu,\"checked\":%zu,\"full\":%s,", o->rows, o->cols,
-               x->s.n, x->plan.full ? "true" : "false");
-        json_str("verdict", x->pass ? "pass" : "fail", 1);
-        printf("\"gates\":{");
-        for (size_t g = 0; g < N_GATES; g++) {
-            printf("%s\"%s\":{\"pass\":%s,", g ? "," : "", GATES[g].name, x->v[g].pass ? "true" : "false");
-            json_num("value", x->v[g].value, 1);
-            json_num("limit", x->v[g].limit, 0);
-            printf("}");
-        }
-        printf("},\"metrics\":{");
-        json_num("max_abs", x->s.max_err, 1);
-        json_num("mean_signed", x->s.mean_err, 1);
-        json_num("rel_l2", x->s.rel_l2, 1);
-        json_num("cosine", x->s.cosine, 1);
-        json_num("snr_db", x->s.snr_db, 0);
-        printf("}");
-        if (x->s.worst_tile >= 0)
-            printf(",\"worst_tile\":[%zu,%zu]", (size_t)x->s.worst_tile / x->s.tc,
-                   (size_t)x->s.worst_tile % x->s.tc);
-        if (x->timed) {
-            printf(",\"time\":{");
-            json_num("median_us", x->t.median_us, 1);
-            json_num("q1_us", x->t.q1_us, 1);
-            json_num("q3_us", x->t.q3_us, 1);
-            json_num("min_us", x->t.min_us, 1);
-            json_num("max_us", x->t.max_us, 1);
-            printf("\"n\":%d,", x->t.n);
-            json_num("tflops", x->tflops, 1);
-            json_num("pct_peak", x->pct_peak >= 0 ? x->pct_peak : NAN, 0);
-            printf("}");
-        }
-        printf("}");
+        if (k) printf(",");
+        json_output(&r->out[k], &res[k]);
     }
     printf("]}\n");
     fflush(stdout);
@@ -2046,13 +2060,9 @@ static int run_case(const struct kcase *c, struct device *d, const struct opts *
     for (int k = 0; k < r.nout; k++)
         for (size_t g = 0; g < N_GATES; g++)
             if (!res[k].v[g].pass && failed_gates) *failed_gates |= 1u << g;
-    if (o->quiet) {
-    } else if (o->json) {
-        json_case(&r, res, pass);
-    } else {
-        for (int k = 0; k < r.nout; k++) print_row(c, &r.out[k], &res[k]);
-        fflush(stdout);
-    }
+    if (!o->quiet && o->json) json_case(&r, res, pass);
+    for (int k = 0; k < r.nout && !o->quiet && !o->json; k++) print_row(c, &r.out[k], &res[k]);
+    fflush(stdout);
     tl->cases++, tl->cases_failed += !pass;
     for (int k = 0; k < r.nout; k++) {
         tl->outputs++, tl->outputs_failed += !res[k].pass;
