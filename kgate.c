@@ -851,7 +851,6 @@ struct kcase {
 };
 
 struct run;
-struct plan;
 
 /* An op is a row of this table: how to read its options, check a case, make
  * its inputs and outputs, launch the kernel of one output, and compute the
@@ -1617,6 +1616,8 @@ struct verdict { int pass; double value, limit; char detail[240]; };
 
 typedef void (*gate_fn)(const struct stats *, const struct gate_in *, struct verdict *);
 
+/* allclose: every checked element within atol + rtol|ref| (catches a wrong
+ * element, row or tile). */
 static void gate_allclose(const struct stats *s, const struct gate_in *g, struct verdict *v)
 {
     v->value = s->close_worst, v->limit = 1.0, v->pass = s->close_fail == 0;
@@ -1626,6 +1627,8 @@ static void gate_allclose(const struct stats *s, const struct gate_in *g, struct
              s->close_fail, s->n, g->atol, g->rtol, s->cw_i, s->cw_j, s->cw_out, s->cw_ref);
 }
 
+/* same precision: max|out-ref| <= 2 max|lp-ref| + floor (catches error beyond
+ * what the kernel's precision explains). */
 static void gate_same_precision(const struct stats *s, const struct gate_in *g, struct verdict *v)
 {
     (void)g;
@@ -1637,6 +1640,7 @@ static void gate_same_precision(const struct stats *s, const struct gate_in *g, 
              s->max_err, s->max_lp_err, s->floor, DTYPES[g->t].name);
 }
 
+/* NaN/inf: the output has the reference's counts, usually none. */
 static void gate_nan_inf(const struct stats *s, const struct gate_in *g, struct verdict *v)
 {
     size_t want = s->nan_ref + s->inf_ref, got = s->nan_out + s->inf_out;
@@ -1646,6 +1650,8 @@ static void gate_nan_inf(const struct stats *s, const struct gate_in *g, struct 
              s->nan_out, s->inf_out, s->nan_ref, s->inf_ref);
 }
 
+/* written: no element still holds the poison bytes (catches outputs the
+ * kernel never wrote). */
 static void gate_written(const struct stats *s, const struct gate_in *g, struct verdict *v)
 {
     (void)s;
@@ -1655,6 +1661,8 @@ static void gate_written(const struct stats *s, const struct gate_in *g, struct 
              g->unwritten, g->o->rows * g->o->cols);
 }
 
+/* nontrivial: the reference is well above atol and no input is all zero
+ * (catches cases a kernel returning zeros would pass). */
 static void gate_nontrivial(const struct stats *s, const struct gate_in *g, struct verdict *v)
 {
     v->value = s->rms_ref, v->limit = 10.0 * g->atol;
@@ -1664,6 +1672,8 @@ static void gate_nontrivial(const struct stats *s, const struct gate_in *g, stru
              "could pass", s->rms_ref, v->limit, g->inputs_nonzero ? "" : " and inputs must be nonzero");
 }
 
+/* bias: the mean signed error within 6 spreads of the mean (catches a small
+ * systematic error hiding under every element tolerance). */
 static void gate_bias(const struct stats *s, const struct gate_in *g, struct verdict *v)
 {
     (void)g;
@@ -1675,6 +1685,8 @@ static void gate_bias(const struct stats *s, const struct gate_in *g, struct ver
              s->mean_err, s->bias_limit, s->sd_err, s->rms_lp_err, s->n_finite, fabs(s->mean_lp_err));
 }
 
+/* worst tile: every tile near the same-precision reference's SNR on it
+ * (catches one bad tile that global metrics average away). */
 static void gate_worst_tile(const struct stats *s, const struct gate_in *g, struct verdict *v)
 {
     if (s->worst_tile < 0) {
@@ -1704,18 +1716,15 @@ enum gate_fmt {
 };
 
 /* The gates, in the order they are printed. */
-struct gate { const char *name, *column, *catches; enum gate_fmt show; gate_fn eval; };
+struct gate { const char *name, *column; enum gate_fmt show; gate_fn eval; };
 static const struct gate GATES[] = {
-    { "allclose", "allclose", "a wrong element, row or tile", SHOW_RATIO, gate_allclose },
-    { "same-precision", "same-prec", "error beyond what the kernel's precision explains",
-      SHOW_RATIO, gate_same_precision },
-    { "nan-inf", "nan/inf", "NaN or inf the reference does not have", SHOW_COUNT, gate_nan_inf },
-    { "written", "unwritten", "outputs the kernel never wrote", SHOW_COUNT, gate_written },
-    { "nontrivial", "ref-rms", "a case a kernel returning zeros would pass", SHOW_VALUE,
-      gate_nontrivial },
-    { "bias", "bias", "a small systematic error hiding under the tolerances", SHOW_RATIO, gate_bias },
-    { "worst-tile", "tile-dB", "one bad tile that global metrics average away", SHOW_DB,
-      gate_worst_tile },
+    { "allclose", "allclose", SHOW_RATIO, gate_allclose },
+    { "same-precision", "same-prec", SHOW_RATIO, gate_same_precision },
+    { "nan-inf", "nan/inf", SHOW_COUNT, gate_nan_inf },
+    { "written", "unwritten", SHOW_COUNT, gate_written },
+    { "nontrivial", "ref-rms", SHOW_VALUE, gate_nontrivial },
+    { "bias", "bias", SHOW_RATIO, gate_bias },
+    { "worst-tile", "tile-dB", SHOW_DB, gate_worst_tile },
 };
 #define N_GATES (sizeof GATES / sizeof *GATES)
 
@@ -1968,31 +1977,44 @@ static void json_case(const struct run *r, const struct result *res, int pass)
 
 /* ===== Running a case ===== */
 
-/* Read output o back, apply the planted fault (if any), and run every gate
- * on it.  Sets res->v and res->pass; res->plan and res->refs must be ready. */
-static void check_output(struct run *r, int o, struct result *res, const char *when)
+/* The tolerances a case is held to: the options', else the dtype's. */
+static double case_rtol(const struct run *r) { return r->o->rtol >= 0 ? r->o->rtol : DTYPES[r->c->dt].rtol; }
+static double case_atol(const struct run *r) { return r->o->atol >= 0 ? r->o->atol : DTYPES[r->c->dt].atol; }
+
+/* Read output o back from the device, plant the --inject fault (if any), and
+ * return its values (rows x cols, caller frees); *unwritten counts the
+ * elements that still hold the poison bytes. */
+static float *read_back(struct run *r, int o, size_t *unwritten)
 {
     const struct output *p = &r->out[o];
     enum dtype t = r->c->dt;
-    size_t es = DTYPES[t].bytes, bytes = p->elems * es;
-    unsigned char *raw = xmalloc(bytes);
-    dev_download(r->d, raw, p->buf, bytes);
+    size_t es = DTYPES[t].bytes;
+    unsigned char *raw = xmalloc(p->elems * es);
+    dev_download(r->d, raw, p->buf, p->elems * es);
     const struct inject *inj = r->o->inject ? find_inject(r->o->inject) : NULL;
-    struct inject_ctx ix = { p, NULL, raw, t, 0, mix64(r->key ^ 0x696e6a) };
-    ix.atol = r->o->atol >= 0 ? r->o->atol : DTYPES[t].atol;
+    struct inject_ctx ix = { p, NULL, raw, t, case_atol(r), mix64(r->key ^ 0x696e6a) };
     if (inj && inj->on_raw) inj->apply(&ix);
-    size_t unwritten = 0;
+    *unwritten = 0;
     for (size_t i = 0; i < p->elems; i++) {
         size_t k = 0;
         while (k < es && raw[i * es + k] == 0xff) k++;
-        unwritten += k == es;
+        *unwritten += k == es;
     }
-    float *out = decode_strided(t, raw, p->rows, p->cols, p->srow, p->scol);
+    ix.out = decode_strided(t, raw, p->rows, p->cols, p->srow, p->scol);
     free(raw);
-    ix.out = out;
     if (inj && !inj->on_raw) inj->apply(&ix);
-    struct gate_in g = { p, &res->plan, &res->refs, out, unwritten, t,
-                         r->o->rtol >= 0 ? r->o->rtol : DTYPES[t].rtol, ix.atol, r->inputs_nonzero };
+    return ix.out;
+}
+
+/* Read output o back and run every gate on it: sets res->s, res->v and
+ * res->pass; res->plan and res->refs must be ready.  `when` names the check
+ * in failure lines. */
+static void check_output(struct run *r, int o, struct result *res, const char *when)
+{
+    size_t unwritten;
+    float *out = read_back(r, o, &unwritten);
+    struct gate_in g = { &r->out[o], &res->plan, &res->refs, out, unwritten, r->c->dt,
+                         case_rtol(r), case_atol(r), r->inputs_nonzero };
     free(res->s.tiles);
     stats_compute(&res->s, &g);
     res->pass = 1;
