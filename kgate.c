@@ -2082,9 +2082,14 @@ static int run_case(const struct kcase *c, struct device *d, const struct opts *
     for (int k = 0; k < r.nout; k++)
         for (size_t g = 0; g < N_GATES; g++)
             if (!res[k].v[g].pass && failed_gates) *failed_gates |= 1u << g;
-    if (!o->quiet && o->json) json_case(&r, res, pass);
-    for (int k = 0; k < r.nout && !o->quiet && !o->json; k++) print_row(c, &r.out[k], &res[k]);
-    fflush(stdout);
+    if (o->quiet) {
+        /* selftest: the caller reports */
+    } else if (o->json) {
+        json_case(&r, res, pass);
+    } else {
+        for (int k = 0; k < r.nout; k++) print_row(c, &r.out[k], &res[k]);
+        fflush(stdout);
+    }
     tl->cases++, tl->cases_failed += !pass;
     for (int k = 0; k < r.nout; k++) {
         tl->outputs++, tl->outputs_failed += !res[k].pass;
