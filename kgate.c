@@ -12,8 +12,12 @@
  *
  * Sections, in the order data flows:
  *   utilities -> ref.c -> embedded kernels -> runtime loader -> device ->
- *   compile cache -> cases -> inputs -> check plan & references -> launch ->
- *   inject -> gates -> timer -> report -> commands -> main
+ *   compile cache -> cases -> inputs -> launch -> check plan & references ->
+ *   inject -> gates -> timer -> report -> running a case -> commands -> main
+ *
+ * Ops (rows of OPS): gemm, grouped (MoE) gemm, attention.  Each case's
+ * outputs are gated one by one; the gates are rows of GATES, the planted
+ * faults rows of INJECTS.
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -52,6 +56,8 @@ enum {
 #define FULL_CHECK_MACS (1ull << 31) /* above this, check a tile-covering sample */
 #define MAX_DIM (1u << 20)          /* no dimension above 1,048,576 */
 #define MAX_ELEMS (1ull << 30)      /* no tensor above 2^30 elements */
+#define KG_ATTN_DMAX 256            /* the largest attention head dim */
+#define MAX_GROUPS 4096             /* grouped GEMM groups, attention sequences */
 
 /* ===== Utilities ===== */
 
@@ -292,7 +298,9 @@ typedef int kg_res;
     X(0, set_device, kg_res, (int), "", "hipSetDevice")                                    \
     X(0, err_name_cu, kg_res, (kg_res, const char **), "cuGetErrorName", "")               \
     X(0, err_name_hip, const char *, (kg_res), "", "hipGetErrorName")                      \
-    X(0, props_hip, kg_res, (void *, int), "", "hipGetDevicePropertiesR0600")
+    X(0, props_hip, kg_res, (void *, int), "", "hipGetDevicePropertiesR0600")             \
+    X(0, module_global, kg_res, (uint64_t *, size_t *, void *, const char *),              \
+      "cuModuleGetGlobal_v2", "hipModuleGetGlobal")
 
 /* The run-time compilers: NVRTC and hiprtc, same shape again. */
 #define RTC_SYMS(X)                                                                         \
@@ -453,6 +461,7 @@ struct device {
     uint64_t flush;       /* L2 flush buffer */
     size_t flush_bytes;
     char flush_note[64];
+    int launched_atomics; /* a kernel launched since this was cleared declares atomics */
 };
 
 static const char *gpu_err_name(const struct device *d, kg_res r)
@@ -652,11 +661,47 @@ static void dev_sync(struct device *d)
         gpu_check(d, d->rt.stream_sync(d->stream), "running the kernel (stream synchronize)");
 }
 
-/* Launch kernel `fn` with a grid of gx x gy blocks of `threads` threads. */
-static void gpu_launch(struct device *d, void *fn, const char *name, unsigned gx, unsigned gy,
+#define MAX_KERNELS 64
+
+/* The loaded code object's kernels, each looked up once by name: its
+ * function, and whether its source declares that it accumulates with atomics
+ * (a device global `int NAME_atomics` that is nonzero; README "Kernel entry
+ * points"), so that its repeats are gated instead of compared bit for bit. */
+struct kfn { const char *name; void *fn; int atomics; };
+static struct { struct kfn k[MAX_KERNELS]; int n; } KFN;
+
+static const struct kfn *kernel_lookup(struct device *d, const char *name)
+{
+    for (int i = 0; i < KFN.n; i++)
+        if (strcmp(KFN.k[i].name, name) == 0) return &KFN.k[i];
+    if (KFN.n == MAX_KERNELS) die(EXIT_DEVICE, "internal: more than %d kernels", MAX_KERNELS);
+    struct kfn *k = &KFN.k[KFN.n];
+    kg_res res = d->rt.module_fn(&k->fn, d->module, name);
+    if (res != 0 || !k->fn)
+        die(EXIT_DEVICE, "the code object lacks kernel %s (%s); a --kernels file must define "
+            "every entry point (README)", name, gpu_err_name(d, res));
+    char global[160];
+    uint64_t p = 0;
+    size_t bytes = 0;
+    int flag = 0;
+    snprintf(global, sizeof global, "%s_atomics", name);
+    if (d->rt.module_global && d->rt.module_global(&p, &bytes, d->module, global) == 0 && bytes >= sizeof flag)
+        gpu_check(d, d->rt.d2h(&flag, p, sizeof flag), "reading a kernel's atomics declaration");
+    k->name = name, k->atomics = flag != 0;
+    KFN.n++;
+    return k;
+}
+
+/* Launch kernel `name` (a static string) on a gx x gy x gz grid of blocks of
+ * `threads` threads; an empty grid launches nothing.  Notes in
+ * d->launched_atomics whether the kernel declares atomics. */
+static void gpu_launch(struct device *d, const char *name, unsigned gx, unsigned gy, unsigned gz,
                        unsigned threads, void **params)
 {
-    kg_res r = d->rt.launch(fn, gx, gy, 1, threads, 1, 1, 0, d->stream, params, NULL);
+    const struct kfn *k = kernel_lookup(d, name);
+    d->launched_atomics |= k->atomics;
+    if (!gx || !gy || !gz) return;
+    kg_res r = d->rt.launch(k->fn, gx, gy, gz, threads, 1, 1, 0, d->stream, params, NULL);
     if (r != 0) die(EXIT_DEVICE, "launching %s failed: %s (%d)", name, gpu_err_name(d, r), r);
 }
 
@@ -837,6 +882,7 @@ struct opts {
     const char *inject;           /* NULL: none */
     const char *arch;             /* isa: compile target */
     int quiet;                    /* selftest: no rows, no progress */
+    int repeat;                   /* runs per case compared (--repeat); 0: the command's default */
 };
 
 /* One case: an op with its dtype, layout, shape and options. */
@@ -844,16 +890,24 @@ struct kcase {
     const struct op *op;
     enum dtype dt;
     char layout[3];               /* gemm: A then B; N = as in C = A·B, T = transposed */
-    uint32_t m, n, k;
+    uint32_t m, n, k;             /* gemm: M x N x K; grouped: N and K (M = the groups' sum) */
     int bwd;
+    uint32_t *lens;               /* grouped: G group sizes; attn: B query then B key lengths */
+    size_t nlens;                 /* G, or B */
+    uint32_t batch, seq_q, seq_k; /* attn, fixed length: --batch B --seq Sq[:Sk] */
+    uint32_t hq, hkv, dim;        /* attn: query and KV heads, head dim */
+    int causal;
+    double scale;                 /* attn: softmax scale; 0 = 1/sqrt(dim) */
     char where[320];              /* "shapes.txt:12" or "command line", for messages */
     char label[160];              /* "gemm bf16 NT 4096x4096x4096 bwd" */
 };
 
 struct run;
+struct plan;
+struct refs;
 
 /* An op is a row of this table: how to read its options, check a case, make
- * its inputs and outputs, launch the kernel of one output, and compute the
+ * its inputs and outputs, launch the kernels of one output, and compute the
  * reference of one output on a check plan. */
 struct op {
     const char *name;
@@ -865,8 +919,12 @@ struct op {
     void (*finish)(struct kcase *c);
     /* Make seeded inputs, upload them, allocate outputs (struct run). */
     void (*prepare)(struct run *r);
-    /* Queue the kernel that computes output `o` (on the CPU device: compute it). */
+    /* Queue the kernels that compute output `o` and the outputs launched with
+     * it (on the CPU device: compute them). */
     void (*launch)(struct run *r, int o);
+    /* The double and same-precision references of output `o` on plan `p`;
+     * NULL: the output is a product, computed from its parts. */
+    void (*reference)(struct run *r, int o, const struct plan *p, struct refs *f);
 };
 
 /* Strictly parse a decimal integer in [lo, hi]; 0 on success. */
@@ -935,16 +993,60 @@ static void parse_dims(const struct kcase *c, const char *flag, const char *s, i
         die(EXIT_USAGE, "%s: %s %s: expected %s", c->where, flag, s, form);
 }
 
+/* Parse "A" or "A:B" (pairs) into whole numbers in [lo, MAX_DIM]; *b = *a
+ * when no ":B" is given.  Exit 2 naming the flag on anything else. */
+static void parse_pair(const struct kcase *c, const char *flag, const char *s, int pairs, uint32_t lo,
+                       uint32_t *a, uint32_t *b)
+{
+    char buf[64];
+    const char *colon = pairs ? strchr(s, ':') : NULL;
+    size_t n = colon ? (size_t)(colon - s) : strlen(s);
+    uint64_t v, w;
+    if (n >= sizeof buf) die(EXIT_USAGE, "%s: %s %.40s...: too long", c->where, flag, s);
+    snprintf(buf, sizeof buf, "%.*s", (int)n, s);
+    if (parse_u64(buf, lo, MAX_DIM, &v) != 0 || (colon && parse_u64(colon + 1, lo, MAX_DIM, &w) != 0))
+        die(EXIT_USAGE, "%s: %s %s: expected %s, each a whole number from %u to %u", c->where, flag, s,
+            pairs ? "N or N:M" : "a whole number", lo, MAX_DIM);
+    *a = (uint32_t)v, *b = colon ? (uint32_t)w : (uint32_t)v;
+}
+
+/* Parse a comma-separated list ("0,4096,1" or, with pairs, "5:7,0,3:1")
+ * into c->lens: the first entries of each item, then (pairs) the second
+ * entries, c->nlens items, at most MAX_GROUPS. */
+static void parse_lens(struct kcase *c, const char *flag, const char *s, int pairs)
+{
+    size_t n = 1;
+    for (const char *p = s; *p; p++) n += *p == ',';
+    if (n > MAX_GROUPS) die(EXIT_USAGE, "%s: %s: %zu entries, at most %d", c->where, flag, n, MAX_GROUPS);
+    if (!*s || s[0] == ',' || s[strlen(s) - 1] == ',' || strstr(s, ",,"))
+        die(EXIT_USAGE, "%s: %s %s: expected a comma-separated list of whole numbers", c->where, flag, s);
+    free(c->lens);
+    c->lens = xmalloc(2 * n * sizeof(uint32_t));
+    c->nlens = n;
+    const char *p = s;
+    for (size_t i = 0; i < n; i++) {
+        char item[64];
+        size_t len = strcspn(p, ",");
+        if (len >= sizeof item) die(EXIT_USAGE, "%s: %s: entry '%.20s...' too long", c->where, flag, p);
+        snprintf(item, sizeof item, "%.*s", (int)len, p);
+        parse_pair(c, flag, item, pairs, 0, &c->lens[i], &c->lens[n + i]);
+        p += len + 1;
+    }
+}
+
+static void set_dtype(struct kcase *c, const char *val, int allow_f32)
+{
+    if (!val || parse_dtype(val, &c->dt) != 0 || (!allow_f32 && c->dt == DT_F32))
+        die(EXIT_USAGE, "%s: --dtype %s: unknown dtype for %s (%s)", c->where, val ? val : "",
+            c->op->name, allow_f32 ? "f32, f16, bf16" : "f16, bf16");
+}
+
 /* --- gemm --- */
 
 static int gemm_set(struct kcase *c, const char *key, const char *val)
 {
     if (strcmp(key, "--bwd") == 0) { c->bwd = 1; return 0; }
-    if (strcmp(key, "--dtype") == 0) {
-        if (!val || parse_dtype(val, &c->dt) != 0)
-            die(EXIT_USAGE, "%s: --dtype %s: unknown dtype (f32, f16, bf16)", c->where, val ? val : "");
-        return 1;
-    }
+    if (strcmp(key, "--dtype") == 0) { set_dtype(c, val, 1); return 1; }
     if (strcmp(key, "--layout") == 0) {
         if (!val || strlen(val) != 2 || !strchr("NT", val[0]) || !strchr("NT", val[1]))
             die(EXIT_USAGE, "%s: --layout %s: unknown layout (NN, NT, TN, TT)", c->where, val ? val : "");
@@ -972,11 +1074,127 @@ static void gemm_finish(struct kcase *c)
              c->m, c->n, c->k, c->bwd ? " bwd" : "");
 }
 
+/* --- grouped gemm --- */
+
+static int grouped_set(struct kcase *c, const char *key, const char *val)
+{
+    if (strcmp(key, "--layout") == 0) {
+        if (!val || (strcmp(val, "NN") != 0 && strcmp(val, "NT") != 0))
+            die(EXIT_USAGE, "%s: --layout %s: grouped takes NN (B is [G][K][N]) or NT (B is [G][N][K])",
+                c->where, val ? val : "");
+        memcpy(c->layout, val, 3);
+        return 1;
+    }
+    if (strcmp(key, "--groups") == 0) {
+        if (!val) die(EXIT_USAGE, "%s: --groups needs a list of group sizes, e.g. 0,4096,1", c->where);
+        parse_lens(c, key, val, 0);
+        return 1;
+    }
+    if (strcmp(key, "--shape") == 0) {
+        uint32_t d[2];
+        if (!val) die(EXIT_USAGE, "%s: --shape needs a value NxK", c->where);
+        parse_dims(c, "--shape", val, 2, d, "NxK (the groups give M), e.g. 4096x4096");
+        c->n = d[0], c->k = d[1];
+        return 1;
+    }
+    return gemm_set(c, key, val);   /* --dtype, --bwd */
+}
+
+static void grouped_finish(struct kcase *c)
+{
+    if (!c->lens) die(EXIT_USAGE, "%s: grouped needs --groups M1,M2,... (sizes may be 0)", c->where);
+    if (!c->n) die(EXIT_USAGE, "%s: grouped needs --shape NxK", c->where);
+    uint64_t m = 0, lo = UINT32_MAX, hi = 0, n = c->n, k = c->k, g = c->nlens;
+    for (size_t i = 0; i < c->nlens; i++) {
+        m += c->lens[i];
+        lo = c->lens[i] < lo ? c->lens[i] : lo, hi = c->lens[i] > hi ? c->lens[i] : hi;
+    }
+    if (m > MAX_DIM) die(EXIT_USAGE, "%s: --groups: the sizes add up to %" PRIu64 ", more than %u rows",
+                         c->where, m, MAX_DIM);
+    if (m * k > MAX_ELEMS || g * k * n > MAX_ELEMS || m * n > MAX_ELEMS)
+        die(EXIT_USAGE, "%s: grouped %zu groups of %" PRIu64 " rows x%ux%u: a tensor would exceed %llu "
+            "elements", c->where, c->nlens, m, c->n, c->k, (unsigned long long)MAX_ELEMS);
+    c->m = (uint32_t)m;
+    snprintf(c->label, sizeof c->label, "grouped %s %s G=%zu M=%" PRIu64 "[%" PRIu64 "..%" PRIu64 "] "
+             "N=%u K=%u%s", DTYPES[c->dt].name, c->layout, c->nlens, m, lo, hi, c->n, c->k,
+             c->bwd ? " bwd" : "");
+}
+
+/* --- attention --- */
+
+static int attn_set(struct kcase *c, const char *key, const char *val)
+{
+    uint32_t a, b;
+    if (strcmp(key, "--bwd") == 0) { c->bwd = 1; return 0; }
+    if (strcmp(key, "--causal") == 0) { c->causal = 1; return 0; }
+    static const char *const with_value[] = { "--dtype", "--batch", "--heads", "--seq", "--seqlens",
+                                              "--dim", "--scale" };
+    for (size_t i = 0; i < sizeof with_value / sizeof *with_value; i++)
+        if (!val && strcmp(key, with_value[i]) == 0)
+            die(EXIT_USAGE, "%s: %s needs a value (see kgate --help)", c->where, key);
+    if (strcmp(key, "--dtype") == 0) { set_dtype(c, val, 0); return 1; }
+    if (strcmp(key, "--batch") == 0) { parse_pair(c, key, val, 0, 1, &c->batch, &b); return 1; }
+    if (strcmp(key, "--heads") == 0) { parse_pair(c, key, val, 1, 1, &c->hq, &c->hkv); return 1; }
+    if (strcmp(key, "--seq") == 0) { parse_pair(c, key, val, 1, 1, &c->seq_q, &c->seq_k); return 1; }
+    if (strcmp(key, "--seqlens") == 0) { parse_lens(c, key, val, 1); return 1; }
+    if (strcmp(key, "--dim") == 0) {
+        parse_pair(c, key, val, 0, 1, &a, &b);
+        if (a > KG_ATTN_DMAX) die(EXIT_USAGE, "%s: --dim %u: head dims go up to %d", c->where, a, KG_ATTN_DMAX);
+        c->dim = a;
+        return 1;
+    }
+    if (strcmp(key, "--scale") == 0) {
+        if (parse_nonneg(val, &c->scale) != 0 || c->scale == 0)
+            die(EXIT_USAGE, "%s: --scale %s: expected a number > 0", c->where, val);
+        return 1;
+    }
+    return -1;
+}
+
+/* The attention case's lengths: --seqlens as given, or --batch copies of
+ * --seq; checks heads, dims and sizes. */
+static void attn_finish(struct kcase *c)
+{
+    if (c->lens && (c->seq_q || c->batch))
+        die(EXIT_USAGE, "%s: give --seqlens, or --batch and --seq, not both", c->where);
+    if (!c->lens && !c->seq_q) die(EXIT_USAGE, "%s: attn needs --seq Sq[:Sk] or --seqlens", c->where);
+    if (!c->hq) die(EXIT_USAGE, "%s: attn needs --heads Hq[:Hkv]", c->where);
+    if (!c->dim) die(EXIT_USAGE, "%s: attn needs --dim D (head dim, 1..%d)", c->where, KG_ATTN_DMAX);
+    if (c->hq % c->hkv)
+        die(EXIT_USAGE, "%s: --heads %u:%u: query heads must be a multiple of KV heads", c->where, c->hq, c->hkv);
+    int varlen = c->lens != NULL;
+    if (!varlen) {
+        c->nlens = c->batch ? c->batch : 1;
+        if (c->nlens > MAX_GROUPS) die(EXIT_USAGE, "%s: --batch %zu: at most %d", c->where, c->nlens, MAX_GROUPS);
+        c->lens = xmalloc(2 * c->nlens * sizeof(uint32_t));
+        for (size_t i = 0; i < c->nlens; i++) c->lens[i] = c->seq_q, c->lens[c->nlens + i] = c->seq_k;
+    }
+    uint64_t tq = 0, tk = 0, lo = UINT32_MAX, hi = 0;
+    for (size_t i = 0; i < c->nlens; i++) {
+        tq += c->lens[i], tk += c->lens[c->nlens + i];
+        lo = c->lens[i] < lo ? c->lens[i] : lo, hi = c->lens[i] > hi ? c->lens[i] : hi;
+    }
+    if (tq > MAX_DIM || tk > MAX_DIM || tq * c->hq * c->dim > MAX_ELEMS || tk * c->hkv * c->dim > MAX_ELEMS)
+        die(EXIT_USAGE, "%s: attn with %" PRIu64 " query and %" PRIu64 " key tokens: a tensor would exceed "
+            "%u tokens or %llu elements", c->where, tq, tk, MAX_DIM, (unsigned long long)MAX_ELEMS);
+    char seqs[64];
+    if (varlen) snprintf(seqs, sizeof seqs, "varlen %zu [%" PRIu64 "..%" PRIu64 "]", c->nlens, lo, hi);
+    else snprintf(seqs, sizeof seqs, "b%zu s%u:%u", c->nlens, c->seq_q, c->seq_k);
+    snprintf(c->label, sizeof c->label, "attn %s %s h%u:%u d%u%s%s", DTYPES[c->dt].name, seqs, c->hq,
+             c->hkv, c->dim, c->causal ? " causal" : "", c->bwd ? " bwd" : "");
+}
+
 static void gemm_prepare(struct run *r);
-static void gemm_launch(struct run *r, int o);
+static void grouped_prepare(struct run *r);
+static void attn_prepare(struct run *r);
+static void product_launch(struct run *r, int o);
+static void attn_launch(struct run *r, int o);
+static void attn_reference(struct run *r, int o, const struct plan *p, struct refs *f);
 
 static const struct op OPS[] = {
-    { "gemm", gemm_set, gemm_finish, gemm_prepare, gemm_launch },
+    { "gemm", gemm_set, gemm_finish, gemm_prepare, product_launch, NULL },
+    { "grouped", grouped_set, grouped_finish, grouped_prepare, product_launch, NULL },
+    { "attn", attn_set, attn_finish, attn_prepare, attn_launch, attn_reference },
 };
 
 static const struct op *find_op(const char *name)
@@ -995,13 +1213,20 @@ static void case_init(struct kcase *c, const struct op *op, const char *where)
     snprintf(c->where, sizeof c->where, "%s", where);
 }
 
+static void case_free(struct kcase *c)
+{
+    free(c->lens);
+    c->lens = NULL;
+}
+
 /* Global options: set in `o` and return how many arguments were used (1 or
  * 2), or 0 if argv[i] is not a global option. */
 static int parse_global(struct opts *o, int argc, char **argv, int i)
 {
     const char *key = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
     static const char *const with_value[] = { "--device", "--kernels", "--shapes", "--seed",
-                                              "--rtol", "--atol", "--why", "--inject", "--arch" };
+                                              "--rtol", "--atol", "--why", "--inject", "--arch",
+                                              "--repeat" };
     int takes = 0;
     for (size_t k = 0; k < sizeof with_value / sizeof *with_value; k++)
         if (strcmp(key, with_value[k]) == 0) takes = 1;
@@ -1018,6 +1243,12 @@ static int parse_global(struct opts *o, int argc, char **argv, int i)
     if (strcmp(key, "--seed") == 0) {
         if (parse_u64(val, 0, UINT64_MAX, &o->seed) != 0)
             die(EXIT_USAGE, "--seed %s: expected a non-negative whole number", val);
+        return 2;
+    }
+    if (strcmp(key, "--repeat") == 0) {
+        uint64_t v;
+        if (parse_u64(val, 1, 1000, &v) != 0) die(EXIT_USAGE, "--repeat %s: expected a whole number from 1 to 1000", val);
+        o->repeat = (int)v;
         return 2;
     }
     if (strcmp(key, "--rtol") == 0 || strcmp(key, "--atol") == 0) {
@@ -1096,45 +1327,77 @@ static struct kcase *read_shapes(const char *path, size_t *count)
 
 /* ===== Inputs ===== */
 
-/* One output of a case, as the gates see it: a rows x cols matrix stored in
- * device memory with element strides (srow, scol).  For products, the CPU
- * references compute out = x·y from canonical float operands. */
-struct output {
-    const char *name;             /* "C", "dA", "dB" */
-    size_t rows, cols, inner;
-    const float *x, *y;           /* x: rows x inner, y: inner x cols, row-major */
-    int64_t srow, scol;           /* storage strides of the output, elements */
-    size_t elems;                 /* storage size, elements */
-    uint64_t buf;                 /* device buffer */
-    double flops;
-    /* the launch: X[m][k] at dx + m*sxm + k*sxk, Y[k][n] at dy + k*syk + n*syn */
-    uint64_t dx, dy;
-    int64_t sxm, sxk, syk, syn;
+/* A block of a product output: rows [row0, row0 + rows) of the output are
+ * x (rows x inner) · y (inner x cols), canonical row-major floats. */
+struct part { size_t row0, rows, inner; const float *x, *y; };
+
+/* How a product output is launched.  X[m][k] is at dx + m*sxm + k*sxk,
+ * Y[k][n] at dy + k*syk + n*syn, C[m][n] at buf + m*srow + n*scol; and by
+ * groups: ragged rows (group g owns rows [offs[g], offs[g+1]) and reads Y at
+ * + g*syg) or ragged inner (group g sums k over [offs[g], offs[g+1]) and
+ * writes C at + g*scg). */
+enum ragged { RAG_NONE, RAG_ROWS, RAG_INNER };
+struct prod_launch {
+    enum ragged ragged;
+    uint64_t dx, dy, doffs, dtiles;   /* doffs, dtiles: device int arrays (groups) */
+    int64_t sxm, sxk, syk, syn, syg, scg;
+    size_t m, n, k, groups, tiles;    /* tiles: ragged rows' total row tiles of 64 */
+    const uint32_t *offs;             /* host copy of the group offsets */
 };
 
-#define MAX_OUT 4
-#define MAX_OWNED 16
+/* One output of a case, as the gates see it: a rows x cols matrix of dtype
+ * dt stored in device memory with element strides (srow, scol), between two
+ * guard bands. */
+struct output {
+    const char *name;             /* "C", "dA", "dB", "O", "LSE", "dQ", "dK", "dV" */
+    enum dtype dt;
+    size_t rows, cols;
+    int64_t srow, scol;           /* storage strides, elements */
+    size_t elems;                 /* storage size, elements */
+    uint64_t buf;                 /* device buffer: the first element */
+    size_t guard;                 /* bytes poisoned before and after the storage */
+    int launch;                   /* the output whose launch computes this one (itself: the owner) */
+    double flops;                 /* of the launch, on its owner */
+    double check_macs;            /* multiply-adds of a full reference: full or sampled check */
+    unsigned head_dim;            /* > 0: a sampled plan's columns are one whole head of this many */
+    int grad;                     /* an attention gradient: tolerances as out_atol says */
+    const uint32_t *seg;          /* row segments (groups, sequences): nseg + 1 offsets, or NULL */
+    size_t nseg;
+    const char *seg_name;         /* "group", "sequence" */
+    struct part *parts;           /* products: the blocks the reference multiplies */
+    size_t nparts;
+    struct prod_launch pl;        /* products: the launch */
+};
+
+#define MAX_OUT 6
+#define MAX_OWNED 32
+#define GUARD_BYTES 4096
+
+struct attn_case;
 
 /* Everything one case needs while it runs; release_run frees it. */
 struct run {
     const struct kcase *c;
     struct device *d;
     const struct opts *o;
-    uint64_t key;                 /* input stream key: seed and case label */
+    uint64_t key;                 /* input stream key: seed, case label and lengths */
     int nout;
     struct output out[MAX_OUT];
-    float *host[MAX_OWNED];       /* canonical float operands, owned */
+    void *host[MAX_OWNED];        /* host buffers, owned */
     int nhost;
     uint64_t dev[MAX_OWNED];      /* device buffers, owned */
     int ndev;
     int inputs_nonzero;           /* every input has max|x| > 0 */
+    struct attn_case *attn;       /* attn cases: geometry, inputs, statistics */
 };
 
-static float *run_host(struct run *r, size_t n)
+static void *run_owned(struct run *r, size_t bytes)
 {
     if (r->nhost == MAX_OWNED) die(EXIT_DEVICE, "internal: too many host buffers");
-    return r->host[r->nhost++] = xmalloc(n * sizeof(float));
+    return r->host[r->nhost++] = xcalloc(1, bytes);
 }
+
+static float *run_host(struct run *r, size_t n) { return run_owned(r, n * sizeof(float)); }
 
 static uint64_t run_dev(struct run *r, size_t bytes)
 {
@@ -1162,7 +1425,7 @@ static float *make_input(struct run *r, int id, size_t n, enum dtype t)
     }
     if (mx > 0)
         for (size_t i = 0; i < n; i++) v[i] = dt_round(t, v[i] / mx);
-    else
+    else if (n > 0)
         r->inputs_nonzero = 0;
     return v;
 }
@@ -1180,12 +1443,36 @@ static uint64_t upload_as(struct run *r, const float *v, size_t n, enum dtype t)
     return p;
 }
 
+/* Upload n whole numbers as a device int array. */
+static uint64_t upload_ints(struct run *r, const uint32_t *v, size_t n)
+{
+    int32_t *tmp = xmalloc(n * sizeof *tmp);
+    for (size_t i = 0; i < n; i++) tmp[i] = (int32_t)v[i];
+    uint64_t p = run_dev(r, n * sizeof *tmp);
+    dev_upload(r->d, p, tmp, n * sizeof *tmp);
+    free(tmp);
+    return p;
+}
+
 /* out[c][r] = in[r][c] for an rows x cols matrix. */
 static float *transpose(struct run *r, const float *in, size_t rows, size_t cols)
 {
     float *t = run_host(r, rows * cols);
     for (size_t i = 0; i < rows; i++)
         for (size_t j = 0; j < cols; j++) t[j * rows + i] = in[i * cols + j];
+    return t;
+}
+
+/* Per group g, the rows [offs[g], offs[g+1]) of in (width columns)
+ * transposed, stored as a width x M_g block at offs[g] * width. */
+static float *transpose_groups(struct run *r, const float *in, const uint32_t *offs, size_t g, size_t width)
+{
+    float *t = run_host(r, offs[g] * width);
+    for (size_t i = 0; i < g; i++) {
+        size_t m0 = offs[i], rows = offs[i + 1] - m0;
+        for (size_t a = 0; a < rows; a++)
+            for (size_t j = 0; j < width; j++) t[m0 * width + j * rows + a] = in[(m0 + a) * width + j];
+    }
     return t;
 }
 
@@ -1201,19 +1488,39 @@ static float *decode_strided(enum dtype t, const void *raw, size_t rows, size_t 
     return v;
 }
 
-/* --- gemm inputs and outputs --- */
-
-/* Describe one product output: rows x cols = x (rows x inner) · y (inner x
- * cols); its storage strides; its launch operands. */
-static void gemm_output(struct run *r, const char *name, size_t rows, size_t cols, size_t inner,
-                        const float *x, const float *y, int64_t srow, int64_t scol, uint64_t dx,
-                        int64_t sxm, int64_t sxk, uint64_t dy, int64_t syk, int64_t syn)
+/* A new output of the run: rows x cols of dtype t with strides (srow,
+ * scol), its device storage between two guard bands; it owns its launch. */
+static struct output *add_output(struct run *r, const char *name, enum dtype t, size_t rows, size_t cols,
+                                 int64_t srow, int64_t scol)
 {
-    struct output *o = &r->out[r->nout++];
-    size_t elems = rows * cols;
-    *o = (struct output){ name, rows, cols, inner, x, y, srow, scol, elems, 0,
-                          2.0 * rows * cols * inner, dx, dy, sxm, sxk, syk, syn };
-    o->buf = run_dev(r, elems * DTYPES[r->c->dt].bytes);
+    if (r->nout == MAX_OUT) die(EXIT_DEVICE, "internal: too many outputs");
+    struct output *o = &r->out[r->nout];
+    memset(o, 0, sizeof *o);
+    o->name = name, o->dt = t, o->rows = rows, o->cols = cols, o->srow = srow, o->scol = scol;
+    o->elems = rows * cols, o->guard = GUARD_BYTES, o->launch = r->nout++;
+    o->buf = run_dev(r, o->elems * DTYPES[t].bytes + 2 * o->guard) + o->guard;
+    return o;
+}
+
+/* --- gemm and grouped gemm: products --- */
+
+/* A product output of nparts blocks, launched as `pl` says. */
+static struct output *product_output(struct run *r, const char *name, size_t rows, size_t cols,
+                                     int64_t srow, int64_t scol, size_t nparts, struct prod_launch pl)
+{
+    struct output *o = add_output(r, name, r->c->dt, rows, cols, srow, scol);
+    o->parts = run_owned(r, (nparts ? nparts : 1) * sizeof *o->parts);
+    o->nparts = nparts, o->pl = pl;
+    return o;
+}
+
+/* Add block (row0, rows, inner, x, y) to output o; its work to the totals. */
+static void add_part(struct output *o, size_t i, size_t row0, size_t rows, size_t inner, const float *x,
+                     const float *y)
+{
+    o->parts[i] = (struct part){ row0, rows, inner, x, y };
+    o->flops += 2.0 * rows * o->cols * inner;
+    o->check_macs += (double)rows * o->cols * inner;
 }
 
 /* A is M x K ('N': stored [M][K]; 'T': stored [K][M]); B is K x N ('N':
@@ -1231,68 +1538,315 @@ static void gemm_prepare(struct run *r)
     int64_t b_sk = bt ? 1 : (int64_t)N, b_sn = bt ? (int64_t)K : 1;   /* B[k][n] strides */
     const float *a = at ? transpose(r, a_st, K, M) : a_st;            /* M x K */
     const float *b = bt ? transpose(r, b_st, N, K) : b_st;            /* K x N */
-    gemm_output(r, "C", M, N, K, a, b, (int64_t)N, 1, da, a_sm, a_sk, db, b_sk, b_sn);
+    struct output *o = product_output(r, "C", M, N, (int64_t)N, 1, 1,
+        (struct prod_launch){ .dx = da, .dy = db, .sxm = a_sm, .sxk = a_sk, .syk = b_sk, .syn = b_sn,
+                              .m = M, .n = N, .k = K });
+    add_part(o, 0, 0, M, K, a, b);
     if (!c->bwd) return;
     float *dc = make_input(r, 3, M * N, t);
     uint64_t ddc = upload_as(r, dc, M * N, t);
     const float *a_t = at ? a_st : transpose(r, a_st, M, K);          /* K x M */
     const float *b_t = bt ? b_st : transpose(r, b_st, K, N);          /* N x K */
-    gemm_output(r, "dA", M, K, N, dc, b_t, a_sm, a_sk, ddc, (int64_t)N, 1, db, b_sn, b_sk);
-    gemm_output(r, "dB", K, N, M, a_t, dc, b_sk, b_sn, da, a_sk, a_sm, ddc, (int64_t)N, 1);
+    o = product_output(r, "dA", M, K, a_sm, a_sk, 1,
+        (struct prod_launch){ .dx = ddc, .dy = db, .sxm = (int64_t)N, .sxk = 1, .syk = b_sn, .syn = b_sk,
+                              .m = M, .n = K, .k = N });
+    add_part(o, 0, 0, M, N, dc, b_t);
+    o = product_output(r, "dB", K, N, b_sk, b_sn, 1,
+        (struct prod_launch){ .dx = da, .dy = ddc, .sxm = a_sk, .sxk = a_sm, .syk = (int64_t)N, .syn = 1,
+                              .m = K, .n = N, .k = M });
+    add_part(o, 0, 0, K, M, a_t, dc);
+}
+
+/* Segments, launch arrays and launch fields shared by a grouped case's
+ * ragged-rows outputs (C and dA). */
+static void grouped_ragged_rows(struct run *r, struct output *o, const uint32_t *offs, uint64_t doffs,
+                                uint64_t dtiles, size_t tiles)
+{
+    o->seg = offs, o->nseg = r->c->nlens, o->seg_name = "group";
+    o->pl.ragged = RAG_ROWS, o->pl.doffs = doffs, o->pl.dtiles = dtiles, o->pl.tiles = tiles;
+    o->pl.groups = r->c->nlens, o->pl.offs = offs;
+}
+
+/* A is [ΣM][K] (the groups' rows one after another), B is [G][K][N] (NN) or
+ * [G][N][K] (NT), C = A_g·B_g per group is [ΣM][N].  With --bwd, dC is
+ * [ΣM][N], dA = dC_g·B_gᵀ is [ΣM][K] and dB_g = A_gᵀ·dC_g is stored in B's
+ * layout (viewed as [G·K][N] for NN, [G·N][K] for NT); an empty group's dB_g
+ * is exactly zero. */
+static void grouped_prepare(struct run *r)
+{
+    const struct kcase *c = r->c;
+    enum dtype t = c->dt;
+    size_t G = c->nlens, N = c->n, K = c->k, tiles = 0;
+    int bt = c->layout[1] == 'T';
+    uint32_t *offs = run_owned(r, (G + 1) * sizeof *offs), *tile_offs = run_owned(r, (G + 1) * sizeof *offs);
+    for (size_t g = 0; g < G; g++) {
+        offs[g + 1] = offs[g] + c->lens[g];
+        tile_offs[g + 1] = tile_offs[g] + (c->lens[g] + 63) / 64;
+    }
+    tiles = tile_offs[G];
+    size_t M = offs[G];
+    uint64_t doffs = upload_ints(r, offs, G + 1), dtiles = upload_ints(r, tile_offs, G + 1);
+    float *a = make_input(r, 1, M * K, t), *b_st = make_input(r, 2, G * K * N, t);
+    uint64_t da = upload_as(r, a, M * K, t), db = upload_as(r, b_st, G * K * N, t);
+    int64_t b_sk = bt ? 1 : (int64_t)N, b_sn = bt ? (int64_t)K : 1, b_sg = (int64_t)(K * N);
+    const float *b = b_st, *b_t = b_st;         /* canonical [G][K][N] and [G][N][K] */
+    if (bt) {
+        float *tb = run_host(r, G * K * N);
+        for (size_t g = 0; g < G; g++)
+            for (size_t n = 0; n < N; n++)
+                for (size_t k = 0; k < K; k++) tb[g * K * N + k * N + n] = b_st[g * K * N + n * K + k];
+        b = tb;
+    } else {
+        float *tb = run_host(r, G * K * N);
+        for (size_t g = 0; g < G; g++)
+            for (size_t k = 0; k < K; k++)
+                for (size_t n = 0; n < N; n++) tb[g * K * N + n * K + k] = b_st[g * K * N + k * N + n];
+        b_t = tb;
+    }
+    struct output *o = product_output(r, "C", M, N, (int64_t)N, 1, G,
+        (struct prod_launch){ .dx = da, .dy = db, .sxm = (int64_t)K, .sxk = 1, .syk = b_sk, .syn = b_sn,
+                              .syg = b_sg, .m = M, .n = N, .k = K });
+    grouped_ragged_rows(r, o, offs, doffs, dtiles, tiles);
+    for (size_t g = 0; g < G; g++) add_part(o, g, offs[g], c->lens[g], K, a + offs[g] * K, b + g * K * N);
+    if (!c->bwd) return;
+    float *dc = make_input(r, 3, M * N, t);
+    uint64_t ddc = upload_as(r, dc, M * N, t);
+    o = product_output(r, "dA", M, K, (int64_t)K, 1, G,
+        (struct prod_launch){ .dx = ddc, .dy = db, .sxm = (int64_t)N, .sxk = 1, .syk = b_sn, .syn = b_sk,
+                              .syg = b_sg, .m = M, .n = K, .k = N });
+    grouped_ragged_rows(r, o, offs, doffs, dtiles, tiles);
+    for (size_t g = 0; g < G; g++) add_part(o, g, offs[g], c->lens[g], N, dc + offs[g] * N, b_t + g * K * N);
+    /* dB: group g's rows of the [G·R][W] view are dB_g (NN: R = K, W = N) or dB_gᵀ (NT: R = N, W = K) */
+    size_t R = bt ? N : K, W = bt ? K : N;
+    uint32_t *rows = run_owned(r, (G + 1) * sizeof *rows);
+    for (size_t g = 0; g <= G; g++) rows[g] = (uint32_t)(g * R);
+    float *xt = transpose_groups(r, bt ? dc : a, offs, G, R);        /* per group R x M_g */
+    const float *y = bt ? a : dc;                                    /* rows offs[g].. of [ΣM][W] */
+    o = product_output(r, "dB", G * R, W, (int64_t)W, 1, G,
+        (struct prod_launch){ .ragged = RAG_INNER, .dx = bt ? ddc : da, .dy = bt ? da : ddc, .sxm = 1,
+                              .sxk = (int64_t)R, .syk = (int64_t)W, .syn = 1, .scg = (int64_t)(R * W),
+                              .m = R, .n = W, .doffs = doffs, .groups = G, .offs = offs });
+    o->seg = rows, o->nseg = G, o->seg_name = "group";
+    for (size_t g = 0; g < G; g++) add_part(o, g, g * R, R, c->lens[g], xt + offs[g] * R, y + offs[g] * W);
+}
+
+/* --- attention --- */
+
+/* An attention case while it runs: geometry, canonical inputs, device
+ * buffers, which output is which, and the reference's statistics (made on
+ * first use by a backward output). */
+struct attn_case {
+    struct attn_geom g;
+    struct attn_in in;
+    size_t tq, tk, max_sq, max_sk;
+    uint64_t d_q, d_k, d_v, d_do, dcu_q, dcu_k, dsum;  /* device buffers */
+    int o, lse, dq_out, dk_out, dv_out;       /* output indices; -1: none */
+    int stats_ready;
+    double stats_s;
+};
+
+#define ATTN_Q_GAIN 8.0f   /* Q's scale: scores with a spread of ~2.7, a peaked softmax */
+#define ATTN_DO_GAIN 16.0f  /* dO's scale: gradients well above the bf16/f16 atol */
+
+/* The pairs (query, key) a case's mask lets through, over all sequences. */
+static double attn_pairs(const struct attn_geom *g)
+{
+    double n = 0;
+    for (size_t b = 0; b < g->b; b++)
+        for (size_t i = 0; i < g->cu_q[b + 1] - g->cu_q[b]; i++) n += (double)attn_visible(g, b, i);
+    return n;
+}
+
+/* Q is [Tq][Hq][D] with values in [-8, 8] (ATTN_Q_GAIN), K and V are
+ * [Tk][Hkv][D] in [-1, 1]; outputs O [Tq][Hq][D] and LSE [Tq][Hq] (fp32);
+ * with --bwd, dO like O in [-16, 16] (ATTN_DO_GAIN) and outputs dQ, dK, dV in Q's and K's
+ * layouts.  Rows are tokens, columns heads x dims; segments are sequences. */
+static void attn_prepare(struct run *r)
+{
+    const struct kcase *c = r->c;
+    enum dtype t = c->dt;
+    struct attn_case *a = r->attn = run_owned(r, sizeof *a);
+    size_t B = c->nlens, hq = c->hq, hkv = c->hkv, d = c->dim;
+    uint32_t *cu_q = run_owned(r, (B + 1) * sizeof *cu_q), *cu_k = run_owned(r, (B + 1) * sizeof *cu_k);
+    for (size_t b = 0; b < B; b++) {
+        cu_q[b + 1] = cu_q[b] + c->lens[b], cu_k[b + 1] = cu_k[b] + c->lens[B + b];
+        a->max_sq = c->lens[b] > a->max_sq ? c->lens[b] : a->max_sq;
+        a->max_sk = c->lens[B + b] > a->max_sk ? c->lens[B + b] : a->max_sk;
+    }
+    a->tq = cu_q[B], a->tk = cu_k[B];
+    a->g = (struct attn_geom){ B, hq, hkv, d, cu_q, cu_k, c->causal, 0,
+                               c->scale > 0 ? c->scale : 1.0 / sqrt((double)d) };
+    float *q = make_input(r, 1, a->tq * hq * d, t);
+    for (size_t i = 0; i < a->tq * hq * d; i++) q[i] *= ATTN_Q_GAIN;
+    a->in.q = q;
+    a->in.k = make_input(r, 2, a->tk * hkv * d, t);
+    a->in.v = make_input(r, 3, a->tk * hkv * d, t);
+    a->d_q = upload_as(r, a->in.q, a->tq * hq * d, t);
+    a->d_k = upload_as(r, a->in.k, a->tk * hkv * d, t);
+    a->d_v = upload_as(r, a->in.v, a->tk * hkv * d, t);
+    a->dcu_q = upload_ints(r, cu_q, B + 1), a->dcu_k = upload_ints(r, cu_k, B + 1);
+    double pairs = attn_pairs(&a->g) * (double)hq * (double)d;
+    struct output *o = add_output(r, "O", t, a->tq, hq * d, (int64_t)(hq * d), 1);
+    o->flops = 4 * pairs, o->check_macs = 2 * pairs, o->head_dim = (unsigned)d;
+    o->seg = cu_q, o->nseg = B, o->seg_name = "sequence";
+    a->o = r->nout - 1;
+    o = add_output(r, "LSE", DT_F32, a->tq, hq, (int64_t)hq, 1);
+    o->launch = a->o, o->check_macs = 2 * pairs, o->head_dim = 1;
+    o->seg = cu_q, o->nseg = B, o->seg_name = "sequence";
+    a->lse = r->nout - 1;
+    a->dq_out = a->dk_out = a->dv_out = -1;
+    if (!c->bwd) return;
+    float *dout = make_input(r, 4, a->tq * hq * d, t);
+    for (size_t i = 0; i < a->tq * hq * d; i++) dout[i] *= ATTN_DO_GAIN;
+    a->in.dout = dout;
+    a->d_do = upload_as(r, a->in.dout, a->tq * hq * d, t);
+    a->dsum = run_dev(r, a->tq * hq * sizeof(float) + 4);
+    o = add_output(r, "dQ", t, a->tq, hq * d, (int64_t)(hq * d), 1);
+    o->flops = 10 * pairs, o->check_macs = 3 * pairs, o->head_dim = (unsigned)d, o->grad = 1;
+    o->seg = cu_q, o->nseg = B, o->seg_name = "sequence";
+    a->dq_out = r->nout - 1;
+    const char *names[2] = { "dK", "dV" };
+    for (int i = 0; i < 2; i++) {
+        o = add_output(r, names[i], t, a->tk, hkv * d, (int64_t)(hkv * d), 1);
+        o->launch = a->dq_out, o->check_macs = 4 * pairs, o->head_dim = (unsigned)d, o->grad = 1;
+        o->seg = cu_k, o->nseg = B, o->seg_name = "sequence";
+    }
+    a->dk_out = r->nout - 2, a->dv_out = r->nout - 1;
 }
 
 /* ===== Launch ===== */
 
-#define MAX_KERNELS 32
-
-/* The loaded code object's functions, looked up by name once. */
-static struct { void *module; const char *names[MAX_KERNELS]; void *fns[MAX_KERNELS]; int n; } KFN;
-
-static void *kernel_fn(struct device *d, const char *name)
+/* Output o of a product on the CPU: per group, read the operands through the
+ * launch's strides from the same buffers and run ref.c's candidate. */
+static void cpu_product(const struct output *p)
 {
-    for (int i = 0; i < KFN.n; i++)
-        if (strcmp(KFN.names[i], name) == 0) return KFN.fns[i];
-    void *fn = NULL;
-    kg_res res = d->rt.module_fn(&fn, d->module, name);
-    if (res != 0 || !fn)
-        die(EXIT_DEVICE, "the code object lacks kernel %s (%s); a --kernels file must define "
-            "every entry point (README)", name, gpu_err_name(d, res));
-    if (KFN.n < MAX_KERNELS) KFN.names[KFN.n] = name, KFN.fns[KFN.n++] = fn;
-    return fn;
-}
-
-/* Output o of a gemm case.  GPU: the portable kernel of the dtype, a
- * GEMM_BM x GEMM_BN (64 x 64) tile per block.  CPU: read the operands through
- * the same strides from the same buffers and run ref.c's candidate. */
-static void gemm_launch(struct run *r, int o)
-{
-    static const char *const fname[DT_COUNT] = { "kg_gemm_f32", "kg_gemm_f16", "kg_gemm_bf16" };
-    struct output *p = &r->out[o];
-    enum dtype t = r->c->dt;
-    if (r->d->kind == DEV_CPU) {
-        float *x = decode_strided(t, (void *)(uintptr_t)p->dx, p->rows, p->inner, p->sxm, p->sxk);
-        float *y = decode_strided(t, (void *)(uintptr_t)p->dy, p->inner, p->cols, p->syk, p->syn);
-        cpu_candidate_gemm(t, x, y, p->rows, p->inner, p->cols, (void *)(uintptr_t)p->buf,
-                           p->srow, p->scol);
+    const struct prod_launch *L = &p->pl;
+    enum dtype t = p->dt;
+    size_t es = DTYPES[t].bytes, groups = L->ragged == RAG_NONE ? 1 : L->groups;
+    for (size_t g = 0; g < groups; g++) {
+        size_t m = L->m, k = L->k;
+        int64_t xo = 0, yo = 0, co = 0;
+        if (L->ragged == RAG_ROWS) {
+            m = L->offs[g + 1] - L->offs[g];
+            xo = (int64_t)L->offs[g] * L->sxm, yo = (int64_t)g * L->syg, co = (int64_t)L->offs[g] * p->srow;
+        } else if (L->ragged == RAG_INNER) {
+            k = L->offs[g + 1] - L->offs[g];
+            xo = (int64_t)L->offs[g] * L->sxk, yo = (int64_t)L->offs[g] * L->syk, co = (int64_t)g * L->scg;
+        }
+        float *x = decode_strided(t, (char *)(uintptr_t)L->dx + xo * (int64_t)es, m, k, L->sxm, L->sxk);
+        float *y = decode_strided(t, (char *)(uintptr_t)L->dy + yo * (int64_t)es, k, L->n, L->syk, L->syn);
+        cpu_candidate_gemm(t, x, y, m, k, L->n, (char *)(uintptr_t)p->buf + co * (int64_t)es, p->srow, p->scol);
         free(x);
         free(y);
+    }
+}
+
+/* Output o of a product (gemm or grouped).  GPU: the portable kernels, a
+ * 64 x 64 tile per block of 256 threads: kg_gemm_<dt> (grid N/64 x M/64),
+ * kg_grouped_<dt> (ragged rows; grid N/64 x the groups' row tiles) or
+ * kg_grouped_wgrad_<dt> (ragged inner; grid N/64 x M/64 x G).  CPU:
+ * cpu_product. */
+static void product_launch(struct run *r, int o)
+{
+    static const char *const fname[3][DT_COUNT] = {
+        { "kg_gemm_f32", "kg_gemm_f16", "kg_gemm_bf16" },
+        { "kg_grouped_f32", "kg_grouped_f16", "kg_grouped_bf16" },
+        { "kg_grouped_wgrad_f32", "kg_grouped_wgrad_f16", "kg_grouped_wgrad_bf16" },
+    };
+    struct output *p = &r->out[o];
+    struct prod_launch *L = &p->pl;
+    if (r->d->kind == DEV_CPU) { cpu_product(p); return; }
+    const char *name = fname[L->ragged][p->dt];
+    int M = (int)L->m, N = (int)L->n, K = (int)L->k, G = (int)L->groups;
+    unsigned gx = (unsigned)((N + 63) / 64), gm = (unsigned)((M + 63) / 64);
+    if (L->ragged == RAG_NONE) {
+        void *params[] = { &L->dx, &L->dy, &p->buf, &M, &N, &K, &L->sxm, &L->sxk,
+                           &L->syk, &L->syn, &p->srow, &p->scol };
+        gpu_launch(r->d, name, gx, gm, 1, 256, params);
+    } else if (L->ragged == RAG_ROWS) {
+        void *params[] = { &L->dx, &L->dy, &p->buf, &L->doffs, &L->dtiles, &G, &N, &K, &L->sxm, &L->sxk,
+                           &L->syk, &L->syn, &L->syg, &p->srow, &p->scol };
+        gpu_launch(r->d, name, gx, (unsigned)L->tiles, 1, 256, params);
+    } else {
+        void *params[] = { &L->dx, &L->dy, &p->buf, &L->doffs, &G, &M, &N, &L->sxm, &L->sxk,
+                           &L->syk, &L->syn, &L->scg, &p->srow, &p->scol };
+        gpu_launch(r->d, name, gx, gm, (unsigned)G, 256, params);
+    }
+}
+
+/* The CPU candidate's attention with the mask shifted by `shift` (0, or 1
+ * for the planted `mask` fault): the forward into o (raw) and lse, and with
+ * dq non-NULL the backward from that forward's outputs. */
+static void attn_cpu(struct run *r, int shift, void *o, float *lse, void *dq, void *dk, void *dv)
+{
+    struct attn_case *a = r->attn;
+    struct attn_geom g = a->g;
+    enum dtype t = r->c->dt;
+    g.shift = shift;
+    cpu_attn_fwd(&g, t, a->in.q, a->in.k, a->in.v, a->tq, o, lse);
+    if (!dq) return;
+    float *of = decode_strided(t, o, a->tq, g.hq * g.d, (int64_t)(g.hq * g.d), 1);
+    cpu_attn_bwd(&g, t, a->in.q, a->in.k, a->in.v, of, a->in.dout, lse, a->tq, a->tk, dq, dk, dv);
+    free(of);
+}
+
+/* The forward (owner O: O and LSE) or the backward (owner dQ: dQ, dK, dV)
+ * of an attention case.  GPU: kg_attn_fwd_<dt>; kg_attn_bwd_pre_<dt>, then
+ * kg_attn_bwd_dkdv_<dt> and kg_attn_bwd_dq_<dt>, reading the forward's O and
+ * LSE; 256 threads, grid (ceil(longest sequence / 16), heads, sequences), the
+ * kernels striding over their own tiles.  CPU: ref.c's flash-style candidate
+ * on the canonical inputs (the values the device buffers hold). */
+static void attn_launch(struct run *r, int o)
+{
+    static const char *const fwd[DT_COUNT] = { NULL, "kg_attn_fwd_f16", "kg_attn_fwd_bf16" };
+    static const char *const pre[DT_COUNT] = { NULL, "kg_attn_bwd_pre_f16", "kg_attn_bwd_pre_bf16" };
+    static const char *const dkdv[DT_COUNT] = { NULL, "kg_attn_bwd_dkdv_f16", "kg_attn_bwd_dkdv_bf16" };
+    static const char *const dq[DT_COUNT] = { NULL, "kg_attn_bwd_dq_f16", "kg_attn_bwd_dq_bf16" };
+    struct attn_case *a = r->attn;
+    enum dtype t = r->c->dt;
+    struct output *O = &r->out[a->o], *L = &r->out[a->lse];
+    if (r->d->kind == DEV_CPU) {
+        if (o == a->o) {
+            attn_cpu(r, 0, (void *)(uintptr_t)O->buf, (float *)(uintptr_t)L->buf, NULL, NULL, NULL);
+            return;
+        }
+        float *of = decode_strided(t, (void *)(uintptr_t)O->buf, a->tq, O->cols, (int64_t)O->cols, 1);
+        cpu_attn_bwd(&a->g, t, a->in.q, a->in.k, a->in.v, of, a->in.dout, (float *)(uintptr_t)L->buf,
+                     a->tq, a->tk, (void *)(uintptr_t)r->out[a->dq_out].buf,
+                     (void *)(uintptr_t)r->out[a->dk_out].buf, (void *)(uintptr_t)r->out[a->dv_out].buf);
+        free(of);
         return;
     }
-    int M = (int)p->rows, N = (int)p->cols, K = (int)p->inner;
-    void *params[] = { &p->dx, &p->dy, &p->buf, &M, &N, &K, &p->sxm, &p->sxk,
-                       &p->syk, &p->syn, &p->srow, &p->scol };
-    gpu_launch(r->d, kernel_fn(r->d, fname[t]), fname[t], (unsigned)((N + 63) / 64),
-               (unsigned)((M + 63) / 64), 256, params);
+    int B = (int)a->g.b, hq = (int)a->g.hq, hkv = (int)a->g.hkv, d = (int)a->g.d, causal = a->g.causal;
+    int tq = (int)a->tq;
+    float scale = (float)a->g.scale;
+    unsigned gq = (unsigned)((a->max_sq + 15) / 16), gk = (unsigned)((a->max_sk + 15) / 16);
+    if (o == a->o) {
+        void *params[] = { &a->d_q, &a->d_k, &a->d_v, &O->buf, &L->buf, &a->dcu_q, &a->dcu_k, &B, &hq, &hkv, &d,
+                           &scale, &causal };
+        gpu_launch(r->d, fwd[t], gq, (unsigned)hq, (unsigned)B, 256, params);
+        return;
+    }
+    uint64_t dQ = r->out[a->dq_out].buf, dK = r->out[a->dk_out].buf, dV = r->out[a->dv_out].buf;
+    void *pp[] = { &O->buf, &a->d_do, &a->dsum, &tq, &hq, &d };
+    gpu_launch(r->d, pre[t], (unsigned)((a->tq * a->g.hq + 255) / 256), 1, 1, 256, pp);
+    void *kp[] = { &a->d_q, &a->d_k, &a->d_v, &a->d_do, &L->buf, &a->dsum, &dK, &dV, &a->dcu_q, &a->dcu_k, &B, &hq,
+                   &hkv, &d, &scale, &causal };
+    gpu_launch(r->d, dkdv[t], gk, (unsigned)hkv, (unsigned)B, 256, kp);
+    void *qp[] = { &a->d_q, &a->d_k, &a->d_v, &a->d_do, &L->buf, &a->dsum, &dQ, &a->dcu_q, &a->dcu_k, &B, &hq,
+                   &hkv, &d, &scale, &causal };
+    gpu_launch(r->d, dq[t], gq, (unsigned)hq, (unsigned)B, 256, qp);
 }
 
 /* ===== Check plan and references ===== */
 
 /* Which elements of an output are checked.  Full: every element.  Sampled
- * (when rows·cols·inner > FULL_CHECK_MACS and no --full): in every tile row
- * of KG_TILE rows, its first and last row and one seeded random row are
- * checked across all columns; in every tile column, likewise three columns
- * across all rows.  So every row, every column and every tile (tails
- * included) has checked elements. */
+ * (when a full reference would take more than FULL_CHECK_MACS multiply-adds
+ * and no --full): in every tile row of KG_TILE rows, its first and last row
+ * and one seeded random row are checked across all columns; and some columns
+ * across all rows: in every tile column three of them, or, for outputs made
+ * of heads (attention), all columns of one seeded head.  So every row and
+ * every tile (tails included) has checked elements. */
 struct plan {
     int full;
     size_t nr, nc;                /* sampled rows (all columns), sampled columns (all rows) */
@@ -1321,14 +1875,21 @@ static void plan_build(struct plan *p, const struct output *o, int force_full, u
 {
     memset(p, 0, sizeof *p);
     p->row_in = xcalloc(o->rows, 1);
-    p->full = force_full || (double)o->rows * (double)o->cols * (double)o->inner <= (double)FULL_CHECK_MACS;
+    p->full = force_full || o->check_macs <= (double)FULL_CHECK_MACS;
     if (p->full) {
         p->nr = o->rows;
         p->rows = xmalloc(o->rows * sizeof(uint32_t));
         for (size_t i = 0; i < o->rows; i++) p->rows[i] = (uint32_t)i;
     } else {
         p->rows = sample_lines(o->rows, mix64(key ^ 0x726f7773), &p->nr);
-        p->cols = sample_lines(o->cols, mix64(key ^ 0x636f6c73), &p->nc);
+        if (o->head_dim) {
+            size_t head = rng_at(mix64(key ^ 0x68656164), 0) % (o->cols / o->head_dim);
+            p->nc = o->head_dim;
+            p->cols = xmalloc(p->nc * sizeof(uint32_t));
+            for (size_t c = 0; c < p->nc; c++) p->cols[c] = (uint32_t)(head * o->head_dim + c);
+        } else {
+            p->cols = sample_lines(o->cols, mix64(key ^ 0x636f6c73), &p->nc);
+        }
     }
     for (size_t r = 0; r < p->nr; r++) p->row_in[p->rows[r]] = 1;
 }
@@ -1350,37 +1911,65 @@ static size_t plan_count(const struct plan *p, const struct output *o)
  * C is rows x nc (the sampled columns; rows in block R are skipped when read). */
 struct refs {
     double *ref_r, *ref_c;        /* double accumulation */
-    float *lp_r, *lp_c;           /* same precision: fp32 sequential, rounded to dtype */
-    double ref_s, lp_s;           /* seconds each took */
+    float *lp_r, *lp_c;           /* same precision, rounded to the output's dtype */
+    double ref_s, lp_s;           /* seconds each took; lp_s < 0: computed with ref */
 };
+
+static void refs_alloc(struct refs *f, const struct output *o, const struct plan *p)
+{
+    memset(f, 0, sizeof *f);
+    f->ref_r = xcalloc(p->nr * o->cols, sizeof(double));
+    f->lp_r = xcalloc(p->nr * o->cols, sizeof(float));
+    f->ref_c = xcalloc(o->rows * p->nc, sizeof(double));
+    f->lp_c = xcalloc(o->rows * p->nc, sizeof(float));
+}
 
 static void round_all(enum dtype t, float *v, size_t n)
 {
     for (size_t i = 0; i < n; i++) v[i] = dt_round(t, v[i]);
 }
 
-/* Compute the double reference and the same-precision reference of output o
- * on plan p. */
-static void refs_compute(struct refs *f, const struct output *o, const struct plan *p, enum dtype t)
+/* The references of one product block on the plan: the plan's rows that fall
+ * in the block (a contiguous run of them, as both ascend) and all rows on the
+ * plan's columns; double, then fp32 sequential rounded to the dtype.  A block
+ * with no inner dimension is exactly zero (already, from refs_alloc). */
+static void refs_part(struct refs *f, const struct output *o, const struct part *pt, const struct plan *p,
+                      double *ref_s, double *lp_s)
 {
-    memset(f, 0, sizeof *f);
-    f->ref_r = xmalloc(p->nr * o->cols * sizeof(double));
-    f->lp_r = xmalloc(p->nr * o->cols * sizeof(float));
-    if (p->nc) {
-        f->ref_c = xmalloc(o->rows * p->nc * sizeof(double));
-        f->lp_c = xmalloc(o->rows * p->nc * sizeof(float));
-    }
+    size_t a = 0, b;
+    while (a < p->nr && p->rows[a] < pt->row0) a++;
+    for (b = a; b < p->nr && p->rows[b] < pt->row0 + pt->rows; b++) {}
+    if (pt->inner == 0 || pt->rows == 0) return;
+    uint32_t *local = xmalloc((b - a + 1) * sizeof *local);
+    for (size_t i = a; i < b; i++) local[i - a] = (uint32_t)(p->rows[i] - pt->row0);
     double t0 = now_s();
-    mm_select(ACC_F64, o->x, o->y, o->inner, o->cols, p->rows, p->nr, NULL, o->cols, f->ref_r);
-    if (p->nc) mm_select(ACC_F64, o->x, o->y, o->inner, o->cols, NULL, o->rows, p->cols, p->nc, f->ref_c);
+    if (b > a)
+        mm_select(ACC_F64, pt->x, pt->y, pt->inner, o->cols, local, b - a, NULL, o->cols, f->ref_r + a * o->cols);
+    if (p->nc)
+        mm_select(ACC_F64, pt->x, pt->y, pt->inner, o->cols, NULL, pt->rows, p->cols, p->nc,
+                  f->ref_c + pt->row0 * p->nc);
     double t1 = now_s();
-    mm_select(ACC_F32_SEQ, o->x, o->y, o->inner, o->cols, p->rows, p->nr, NULL, o->cols, f->lp_r);
-    round_all(t, f->lp_r, p->nr * o->cols);
-    if (p->nc) {
-        mm_select(ACC_F32_SEQ, o->x, o->y, o->inner, o->cols, NULL, o->rows, p->cols, p->nc, f->lp_c);
-        round_all(t, f->lp_c, o->rows * p->nc);
+    if (b > a) {
+        mm_select(ACC_F32_SEQ, pt->x, pt->y, pt->inner, o->cols, local, b - a, NULL, o->cols, f->lp_r + a * o->cols);
+        round_all(o->dt, f->lp_r + a * o->cols, (b - a) * o->cols);
     }
-    f->ref_s = t1 - t0, f->lp_s = now_s() - t1;
+    if (p->nc) {
+        mm_select(ACC_F32_SEQ, pt->x, pt->y, pt->inner, o->cols, NULL, pt->rows, p->cols, p->nc,
+                  f->lp_c + pt->row0 * p->nc);
+        round_all(o->dt, f->lp_c + pt->row0 * p->nc, pt->rows * p->nc);
+    }
+    *ref_s += t1 - t0, *lp_s += now_s() - t1;
+    free(local);
+}
+
+/* The double reference and the same-precision reference of output o on plan
+ * p: the op's own, or, for products, block by block. */
+static void refs_compute(struct refs *f, struct run *r, int o, const struct plan *p)
+{
+    const struct output *out = &r->out[o];
+    refs_alloc(f, out, p);
+    if (r->c->op->reference) { r->c->op->reference(r, o, p, f); return; }
+    for (size_t i = 0; i < out->nparts; i++) refs_part(f, out, &out->parts[i], p, &f->ref_s, &f->lp_s);
 }
 
 static void refs_free(struct refs *f)
@@ -1391,15 +1980,115 @@ static void refs_free(struct refs *f)
     free(f->lp_c);
 }
 
+/* --- attention references: (token, head) units --- */
+
+enum attn_which { AW_O, AW_LSE, AW_DQ, AW_DK, AW_DV };
+
+struct attn_ref_job {
+    struct run *r;
+    enum attn_which which;
+    const struct output *o;
+    const struct plan *p;
+    struct refs *f;
+    size_t heads, uc;             /* units per row; columns per unit */
+    const uint32_t *col_rows;     /* rows checked on the plan's columns only */
+    size_t ncol_rows;
+    size_t col_head;
+};
+
+/* One unit's double and same-precision values (uc of each). */
+static void attn_unit(const struct attn_ref_job *j, size_t tok, size_t head, double *ref, float *lp)
+{
+    struct attn_case *a = j->r->attn;
+    enum dtype t = j->r->c->dt;
+    double o[KG_ATTN_DMAX], lse, other[KG_ATTN_DMAX];
+    float o_lp[KG_ATTN_DMAX], lse_lp, other_lp[KG_ATTN_DMAX];
+    switch (j->which) {
+    case AW_O: attn_ref_fwd(&a->g, &a->in, t, tok, head, ref, &lse, lp, &lse_lp); break;
+    case AW_LSE: attn_ref_fwd(&a->g, &a->in, t, tok, head, o, ref, o_lp, lp); break;
+    case AW_DQ: attn_ref_dq(&a->g, &a->in, t, tok, head, ref, lp); break;
+    case AW_DK: attn_ref_dkdv(&a->g, &a->in, t, tok, head, ref, other, lp, other_lp); break;
+    case AW_DV: attn_ref_dkdv(&a->g, &a->in, t, tok, head, other, ref, other_lp, lp); break;
+    }
+}
+
+/* Work item i: the units of the plan's rows (row by head), then the units
+ * of the rows checked only on the plan's columns (one head). */
+static void attn_ref_item(void *ctx, size_t i)
+{
+    const struct attn_ref_job *j = ctx;
+    const struct plan *p = j->p;
+    double ref[KG_ATTN_DMAX];
+    float lp[KG_ATTN_DMAX];
+    size_t cols = j->o->cols;
+    if (i < p->nr * j->heads) {
+        size_t pr = i / j->heads, h = i % j->heads;
+        attn_unit(j, p->rows[pr], h, ref, lp);
+        for (size_t c = 0; c < j->uc; c++)
+            j->f->ref_r[pr * cols + h * j->uc + c] = ref[c], j->f->lp_r[pr * cols + h * j->uc + c] = lp[c];
+        return;
+    }
+    size_t row = j->col_rows[i - p->nr * j->heads];
+    attn_unit(j, row, j->col_head, ref, lp);
+    for (size_t c = 0; c < p->nc; c++) {
+        size_t u = p->cols[c] - j->col_head * j->uc;
+        j->f->ref_c[row * p->nc + c] = ref[u], j->f->lp_c[row * p->nc + c] = lp[u];
+    }
+}
+
+/* The backward references' statistics (LSE and rowsum(dO·O) of every query
+ * row, in double and in lp), made once per case. */
+static void attn_stats_item(void *ctx, size_t u)
+{
+    struct run *r = ctx;
+    attn_ref_stats(&r->attn->g, &r->attn->in, r->c->dt, u / r->attn->g.hq, u % r->attn->g.hq);
+}
+
+static void attn_stats(struct run *r)
+{
+    struct attn_case *a = r->attn;
+    if (a->stats_ready) return;
+    size_t n = a->tq * a->g.hq;
+    a->in.lse_ref = run_owned(r, n * sizeof(double)), a->in.dsum_ref = run_owned(r, n * sizeof(double));
+    a->in.lse_lp = run_owned(r, n * sizeof(float)), a->in.dsum_lp = run_owned(r, n * sizeof(float));
+    double t0 = now_s();
+    par_for(n, attn_stats_item, r);
+    a->stats_s = now_s() - t0, a->stats_ready = 1;
+}
+
+/* The references of attention output o on plan p: each needed (token, head)
+ * unit computed once, in double and in lp together (ref.c). */
+static void attn_reference(struct run *r, int o, const struct plan *p, struct refs *f)
+{
+    struct attn_case *a = r->attn;
+    const struct output *out = &r->out[o];
+    struct attn_ref_job j = { r, AW_O, out, p, f, 0, out->head_dim, NULL, 0, 0 };
+    j.which = o == a->o ? AW_O : o == a->lse ? AW_LSE : o == a->dq_out ? AW_DQ : o == a->dk_out ? AW_DK : AW_DV;
+    j.heads = out->cols / j.uc;
+    double t0 = now_s();
+    if (j.which >= AW_DQ) attn_stats(r);
+    uint32_t *col_rows = xmalloc((out->rows + 1) * sizeof *col_rows);
+    if (p->nc) {
+        j.col_head = p->cols[0] / j.uc;
+        for (size_t i = 0; i < out->rows; i++)
+            if (!p->row_in[i]) col_rows[j.ncol_rows++] = (uint32_t)i;
+    }
+    j.col_rows = col_rows;
+    par_for(p->nr * j.heads + j.ncol_rows, attn_ref_item, &j);
+    free(col_rows);
+    f->ref_s = now_s() - t0, f->lp_s = -1;
+}
+
 /* ===== Inject ===== */
 
 /* A planted fault, applied to a candidate's output after it is read back and
  * before the gates: each must be caught by the gate named in its row. */
 struct inject_ctx {
+    struct run *r;
+    int oi;                       /* the output's index */
     const struct output *o;
     float *out;                   /* rows x cols, decoded */
-    void *raw;                    /* the storage, as read back */
-    enum dtype t;
+    unsigned char *raw;           /* the storage with its guard bands, as read back */
     double atol;
     uint64_t key;
 };
@@ -1455,25 +2144,96 @@ static void inj_row(struct inject_ctx *x)
 static void inj_unwritten(struct inject_ctx *x)
 {
     const struct output *o = x->o;
-    size_t es = DTYPES[x->t].bytes, i = o->rows / 2;
+    size_t es = DTYPES[o->dt].bytes, i = o->rows / 2;
     for (size_t j = 0; j < o->cols; j++)
-        memset((char *)x->raw + (size_t)((int64_t)i * o->srow + (int64_t)j * o->scol) * es, 0xff, es);
+        memset(x->raw + o->guard + (size_t)((int64_t)i * o->srow + (int64_t)j * o->scol) * es, 0xff, es);
 }
+
+/* Write one element just past the end of the storage, into the guard band. */
+static void inj_outside(struct inject_ctx *x)
+{
+    memset(x->raw + x->o->guard + x->o->elems * DTYPES[x->o->dt].bytes, 0, DTYPES[x->o->dt].bytes);
+}
+
+/* Flip the lowest bit of the middle element (applied to repeated runs only:
+ * a run that differs from the first, as a race makes it). */
+static void inj_race(struct inject_ctx *x)
+{
+    const struct output *o = x->o;
+    size_t i = o->rows / 2, j = o->cols / 2;
+    x->raw[o->guard + (size_t)((int64_t)i * o->srow + (int64_t)j * o->scol) * DTYPES[o->dt].bytes] ^= 1;
+}
+
+/* Scale one group's (or sequence's) rows by 1 + 2^-5: the middle of the
+ * segments that have rows. */
+static void inj_group(struct inject_ctx *x)
+{
+    const struct output *o = x->o;
+    size_t nonempty = 0, pick = 0, k = 0;
+    for (size_t s = 0; s < o->nseg; s++) nonempty += o->seg[s + 1] > o->seg[s];
+    for (size_t s = 0; s < o->nseg; s++)
+        if (o->seg[s + 1] > o->seg[s] && k++ == nonempty / 2) pick = s;
+    for (size_t i = o->seg[pick]; i < o->seg[pick + 1]; i++)
+        for (size_t j = 0; j < o->cols; j++) x->out[i * o->cols + j] *= 1.03125f;
+}
+
+/* Replace the output by what a kernel whose causal mask is shifted by one
+ * (each query sees one key more) computes: the CPU candidate so shifted. */
+static void inj_mask(struct inject_ctx *x)
+{
+    struct run *r = x->r;
+    struct attn_case *a = r->attn;
+    enum dtype t = r->c->dt;
+    size_t es = DTYPES[t].bytes, qe = a->tq * a->g.hq * a->g.d, ke = a->tk * a->g.hkv * a->g.d;
+    void *o = xmalloc(qe * es), *dq = xmalloc(qe * es), *dk = xmalloc(ke * es), *dv = xmalloc(ke * es);
+    float *lse = xmalloc((a->tq * a->g.hq + 1) * sizeof(float));
+    int bwd = x->oi == a->dq_out || x->oi == a->dk_out || x->oi == a->dv_out;
+    attn_cpu(r, 1, o, lse, bwd ? dq : NULL, dk, dv);
+    const void *src = x->oi == a->o ? o : x->oi == a->lse ? (void *)lse : x->oi == a->dq_out ? dq
+                    : x->oi == a->dk_out ? dk : dv;
+    const struct output *p = x->o;
+    for (size_t i = 0; i < p->rows * p->cols; i++) x->out[i] = dt_load(p->dt, src, i);
+    free(o), free(dq), free(dk), free(dv), free(lse);
+}
+
+/* NULL if fault `name` can be planted in case c, else why not. */
+static const char *inj_needs_segments(const struct kcase *c)
+{
+    return strcmp(c->op->name, "gemm") == 0 ? "needs a grouped or attn case (outputs made of groups or sequences)" : NULL;
+}
+
+static const char *inj_needs_causal(const struct kcase *c)
+{
+    return strcmp(c->op->name, "attn") != 0 || !c->causal ? "needs a causal attn case" : NULL;
+}
+
+enum inj_stage {
+    INJ_VALUES,   /* on the decoded values of every check */
+    INJ_RAW,      /* on the storage bytes of every check */
+    INJ_REPEAT,   /* on the storage bytes of the repeated runs (--repeat) only */
+};
 
 struct inject {
     const char *name, *gate, *what;
-    int on_raw;                   /* applied to the storage before decoding */
+    enum inj_stage stage;
     void (*apply)(struct inject_ctx *);
+    const char *(*unfit)(const struct kcase *);   /* NULL: any case */
 };
 
 static const struct inject INJECTS[] = {
-    { "tile", "worst-tile", "the middle output tile zeroed", 0, inj_tile },
-    { "tail", "allclose", "the last (partial) tile wrong", 0, inj_tail },
-    { "nan", "nan-inf", "one NaN in the output", 0, inj_nan },
-    { "bias", "bias", "0.5*atol added to every element", 0, inj_bias },
-    { "drop", "allclose", "one element in 64 dropped to zero", 0, inj_drop },
-    { "row", "allclose", "the middle row shifted by one column", 0, inj_row },
-    { "unwritten", "written", "the middle row left unwritten", 1, inj_unwritten },
+    { "tile", "worst-tile", "the middle output tile zeroed", INJ_VALUES, inj_tile, NULL },
+    { "tail", "allclose", "the last (partial) tile wrong", INJ_VALUES, inj_tail, NULL },
+    { "nan", "nan-inf", "one NaN in the output", INJ_VALUES, inj_nan, NULL },
+    { "bias", "bias", "0.5*atol added to every element", INJ_VALUES, inj_bias, NULL },
+    { "drop", "allclose", "one element in 64 dropped to zero", INJ_VALUES, inj_drop, NULL },
+    { "row", "allclose", "the middle row shifted by one column", INJ_VALUES, inj_row, NULL },
+    { "unwritten", "written", "the middle row left unwritten", INJ_RAW, inj_unwritten, NULL },
+    { "outside", "in-bounds", "one element written past the end of the output", INJ_RAW, inj_outside, NULL },
+    { "group", "group", "one group's (sequence's) rows scaled by 1+2^-5", INJ_VALUES, inj_group,
+      inj_needs_segments },
+    { "mask", "allclose", "the causal mask shifted by one key", INJ_VALUES, inj_mask, inj_needs_causal },
+    { "race", "determinism", "one bit of a repeated run flipped (needs --repeat 2 or more)", INJ_REPEAT,
+      inj_race, NULL },
 };
 #define N_INJECTS (sizeof INJECTS / sizeof *INJECTS)
 
@@ -1486,51 +2246,93 @@ static const struct inject *find_inject(const char *name)
 
 /* ===== Gates ===== */
 
-/* What the gates read: one output, its plan, references and the candidate's
- * decoded values. */
+/* What --repeat found for one output: runs made, whether the kernels declare
+ * atomics (then each run was gated instead of compared), and the first
+ * difference from run 1. */
+struct repeat {
+    int runs, atomics;
+    int diff_run;                 /* 0: every run was bitwise equal to run 1 */
+    size_t diff_row, diff_col;
+    double first, other;          /* the two values at the difference */
+    int gated_fail_run;           /* atomics: the first run that failed a gate (0: none) */
+};
+
+/* What the gates read: one output, its plan, references, the candidate's
+ * decoded values and what the read-back and the repeats found. */
 struct gate_in {
     const struct output *o;
     const struct plan *p;
     const struct refs *f;
     const float *out;             /* rows x cols */
     size_t unwritten;             /* elements still holding the poison bytes */
+    size_t outside;               /* guard-band bytes no longer holding them */
     enum dtype t;
-    double rtol, atol;
+    double rtol, atol;            /* allclose */
+    double atol_base;             /* the dtype's (or --atol's), before any scaling */
     int inputs_nonzero;
+    const struct repeat *rep;
 };
 
-struct tile_acc { size_t n; double ref2, err2, lperr2; };
+/* Error sums of one tile or one segment. */
+struct acc { size_t n; double ref2, err2, lperr2, max_err; size_t wi, wj; };
 
 /* Everything the gates need, accumulated in one pass over the checked
  * elements (and one over all elements for NaN/inf). */
 struct stats {
     size_t n;                               /* checked elements */
-    size_t n_finite;                        /* of those, finite in the output */
+    size_t n_finite;                        /* of those with a finite reference, finite in the output */
+    size_t n_nz;                            /* checked elements with a finite nonzero reference */
     size_t close_fail;                      /* allclose */
     double close_worst;                     /* max |out-ref| / (atol + rtol|ref|) */
     size_t cw_i, cw_j;
     double cw_out, cw_ref;
     double max_err, max_lp_err, floor;      /* same precision */
-    size_t nan_out, inf_out, nan_ref, inf_ref;
+    size_t nan_out, inf_out, nan_ref, inf_ref;   /* all elements (out), checked ones (ref) */
+    size_t nan_out_checked, inf_out_checked;
     double sum_err, sum_err2, sum_lp_err, sum_lp_err2, sum_ref2, sum_out2, sum_out_ref;
     size_t tr, tc;                          /* tile grid */
-    struct tile_acc *tiles;
+    struct acc *tiles;
+    struct acc *segs;                       /* per row segment (nseg of them), or NULL */
     /* derived */
     double mean_err, sd_err, mean_lp_err, rms_lp_err, rms_ref, rel_l2, cosine, snr_db, bias_limit;
     long worst_tile;                        /* -1: no tile had enough checked elements */
     double worst_tile_snr, worst_tile_need;
+    long worst_seg;                         /* -1: no segments */
+    double worst_seg_snr, worst_seg_need;
 };
 
 #define TILE_MIN_CHECKED 64     /* the worst-tile gate looks at tiles with at least this many */
 #define TILE_SNR_SLACK_DB 10.0  /* a tile may be this much below the same-precision reference */
 
-static void stats_visit(struct stats *s, const struct gate_in *g, size_t i, size_t j, double ref,
-                        double lp)
+static void acc_add(struct acc *a, double ref, double e, double lpe, size_t i, size_t j)
 {
-    double out = g->out[i * g->o->cols + j], e = out - ref, tol = g->atol + g->rtol * fabs(ref);
+    a->n++;
+    a->ref2 += ref * ref, a->lperr2 += lpe * lpe;
+    if (!isfinite(e)) e = INFINITY;
+    a->err2 += e * e;
+    if (!(fabs(e) <= a->max_err)) a->max_err = fabs(e), a->wi = i, a->wj = j;
+}
+
+/* One checked element: output (i, j) against ref and lp.  A non-finite
+ * reference (-inf: the LSE of a row that sees no key) must be matched
+ * exactly and is left out of the sums. */
+static void stats_visit(struct stats *s, const struct gate_in *g, size_t i, size_t j, double ref, double lp,
+                        size_t seg)
+{
+    double out = g->out[i * g->o->cols + j];
     s->n++;
-    if (isnan(ref)) s->nan_ref++;
-    else if (isinf(ref)) s->inf_ref++;
+    s->nan_out_checked += isnan(out), s->inf_out_checked += isinf(out);
+    if (!isfinite(ref)) {
+        s->nan_ref += isnan(ref), s->inf_ref += isinf(ref);
+        int same = out == ref || (isnan(out) && isnan(ref));
+        if (!same) {
+            s->close_fail++, s->max_err = INFINITY;
+            if (!(s->close_worst == INFINITY)) s->close_worst = INFINITY, s->cw_i = i, s->cw_j = j, s->cw_out = out,
+                                                s->cw_ref = ref;
+        }
+        return;
+    }
+    double e = out - ref, tol = g->atol + g->rtol * fabs(ref);
     double ratio = isfinite(out) ? fabs(e) / tol : INFINITY;
     if (!(fabs(e) <= tol)) s->close_fail++;
     if (!(ratio <= s->close_worst)) {
@@ -1542,15 +2344,13 @@ static void stats_visit(struct stats *s, const struct gate_in *g, size_t i, size
     if (lpe > s->max_lp_err) s->max_lp_err = lpe;
     if (fl > s->floor) s->floor = fl;
     s->sum_lp_err += lp - ref, s->sum_lp_err2 += (lp - ref) * (lp - ref);
-    struct tile_acc *t = &s->tiles[(i / KG_TILE) * s->tc + j / KG_TILE];
-    t->n++;
-    t->ref2 += ref * ref;
-    t->lperr2 += (lp - ref) * (lp - ref);
+    s->n_nz += ref != 0;
+    acc_add(&s->tiles[(i / KG_TILE) * s->tc + j / KG_TILE], ref, e, lp - ref, i, j);
+    if (s->segs) acc_add(&s->segs[seg], ref, e, lp - ref, i, j);
     if (!isfinite(out)) return;
     s->n_finite++;
     s->sum_err += e, s->sum_err2 += e * e, s->sum_ref2 += ref * ref;
     s->sum_out2 += out * out, s->sum_out_ref += out * ref;
-    t->err2 += e * e;
 }
 
 static double snr_db(double sig2, double err2)
@@ -1559,21 +2359,46 @@ static double snr_db(double sig2, double err2)
     return 10.0 * log10(sig2 / err2);
 }
 
-/* The worst tile: the one furthest below what the same-precision reference
- * reaches on the same tile (capped per dtype), minus TILE_SNR_SLACK_DB. */
-static void stats_worst_tile(struct stats *s, enum dtype t)
+/* What a block (tile or segment) must reach: the same-precision reference's
+ * SNR on it, capped per dtype, minus TILE_SNR_SLACK_DB.  A block whose
+ * reference is exactly zero (an empty group's dB, a vanishing gradient) is
+ * held instead to its lp error energy within the same slack, so to exact
+ * zero when lp is exactly zero too; its "SNR" is then lp's error over the
+ * output's, in dB.  Returns the margin (SNR - need). */
+static double acc_margin(const struct acc *a, enum dtype t, double *snr, double *need)
 {
-    double worst_margin = INFINITY;
+    if (a->ref2 == 0) {
+        *snr = a->err2 == 0 ? INFINITY : a->lperr2 == 0 ? -INFINITY : 10.0 * log10(a->lperr2 / a->err2);
+        *need = -TILE_SNR_SLACK_DB;
+        return *snr - *need;
+    }
+    *snr = snr_db(a->ref2, a->err2);
+    double lp = snr_db(a->ref2, a->lperr2);
+    *need = (lp < DTYPES[t].tile_snr_cap ? lp : DTYPES[t].tile_snr_cap) - TILE_SNR_SLACK_DB;
+    return *snr == INFINITY ? INFINITY : *snr - *need;
+}
+
+/* The worst tile (among those with TILE_MIN_CHECKED checked elements) and
+ * the worst segment (any with a checked element): the ones furthest below
+ * what they need. */
+static void stats_worst(struct stats *s, const struct gate_in *g)
+{
+    double worst = INFINITY, snr, need;
     s->worst_tile = -1;
     for (size_t k = 0; k < s->tr * s->tc; k++) {
-        const struct tile_acc *a = &s->tiles[k];
+        const struct acc *a = &s->tiles[k];
         if (a->n < TILE_MIN_CHECKED || (a->ref2 == 0 && a->err2 == 0)) continue;
-        double snr = snr_db(a->ref2, a->err2), lp = snr_db(a->ref2, a->lperr2);
-        double need = (lp < DTYPES[t].tile_snr_cap ? lp : DTYPES[t].tile_snr_cap) - TILE_SNR_SLACK_DB;
-        if (snr - need < worst_margin || s->worst_tile < 0) {
-            worst_margin = snr - need;
-            s->worst_tile = (long)k, s->worst_tile_snr = snr, s->worst_tile_need = need;
-        }
+        double m = acc_margin(a, g->t, &snr, &need);
+        if (m < worst || s->worst_tile < 0) worst = m, s->worst_tile = (long)k, s->worst_tile_snr = snr,
+                                            s->worst_tile_need = need;
+    }
+    worst = INFINITY;
+    s->worst_seg = -1;
+    for (size_t k = 0; s->segs && k < g->o->nseg; k++) {
+        if (s->segs[k].n == 0) continue;
+        double m = acc_margin(&s->segs[k], g->t, &snr, &need);
+        if (m < worst || s->worst_seg < 0) worst = m, s->worst_seg = (long)k, s->worst_seg_snr = snr,
+                                           s->worst_seg_need = need;
     }
 }
 
@@ -1584,35 +2409,45 @@ static void stats_compute(struct stats *s, const struct gate_in *g)
     memset(s, 0, sizeof *s);
     s->tr = (o->rows + KG_TILE - 1) / KG_TILE, s->tc = (o->cols + KG_TILE - 1) / KG_TILE;
     s->tiles = xcalloc(s->tr * s->tc, sizeof *s->tiles);
+    uint32_t *seg_of = NULL;
+    if (o->seg) {
+        s->segs = xcalloc(o->nseg, sizeof *s->segs);
+        seg_of = xmalloc((o->rows + 1) * sizeof *seg_of);
+        for (size_t k = 0; k < o->nseg; k++)
+            for (size_t i = o->seg[k]; i < o->seg[k + 1]; i++) seg_of[i] = (uint32_t)k;
+    }
     for (size_t r = 0; r < p->nr; r++)
         for (size_t j = 0; j < o->cols; j++)
-            stats_visit(s, g, p->rows[r], j, g->f->ref_r[r * o->cols + j], g->f->lp_r[r * o->cols + j]);
+            stats_visit(s, g, p->rows[r], j, g->f->ref_r[r * o->cols + j], g->f->lp_r[r * o->cols + j],
+                        seg_of ? seg_of[p->rows[r]] : 0);
     for (size_t i = 0; i < o->rows && p->nc; i++)
         if (!p->row_in[i])
             for (size_t c = 0; c < p->nc; c++)
-                stats_visit(s, g, i, p->cols[c], g->f->ref_c[i * p->nc + c], g->f->lp_c[i * p->nc + c]);
+                stats_visit(s, g, i, p->cols[c], g->f->ref_c[i * p->nc + c], g->f->lp_c[i * p->nc + c],
+                            seg_of ? seg_of[i] : 0);
+    free(seg_of);
     for (size_t k = 0; k < o->rows * o->cols; k++) {
         if (isnan(g->out[k])) s->nan_out++;
         else if (isinf(g->out[k])) s->inf_out++;
     }
-    double nf = s->n_finite ? (double)s->n_finite : 1.0;
+    double nf = s->n_finite ? (double)s->n_finite : 1.0, nl = (double)(s->n ? s->n : 1);
     s->mean_err = s->sum_err / nf;
     s->sd_err = sqrt(fmax(0.0, s->sum_err2 / nf - s->mean_err * s->mean_err));
-    s->mean_lp_err = s->sum_lp_err / (double)(s->n ? s->n : 1);
-    s->rms_lp_err = sqrt(s->sum_lp_err2 / (double)(s->n ? s->n : 1));
-    s->rms_ref = sqrt(s->sum_ref2 / nf);
+    s->mean_lp_err = s->sum_lp_err / nl;
+    s->rms_lp_err = sqrt(s->sum_lp_err2 / nl);
+    s->rms_ref = sqrt(s->sum_ref2 / (double)(s->n_nz ? s->n_nz : 1));
     s->rel_l2 = s->sum_ref2 > 0 ? sqrt(s->sum_err2 / s->sum_ref2) : (s->sum_err2 > 0 ? INFINITY : 0);
     s->cosine = s->sum_out2 > 0 && s->sum_ref2 > 0 ? s->sum_out_ref / sqrt(s->sum_out2 * s->sum_ref2) : 0;
     s->snr_db = snr_db(s->sum_ref2, s->sum_err2);
     /* The spread of a mean of n errors: sd/sqrt(n), with sd at least the
      * same-precision reference's rms error (so few elements cannot make it 0). */
     s->bias_limit = 6.0 * fmax(s->sd_err, s->rms_lp_err) / sqrt(nf) + 2.0 * fabs(s->mean_lp_err);
-    stats_worst_tile(s, g->t);
+    stats_worst(s, g);
 }
 
 /* A gate's verdict: pass, the measured value and the limit it was held to,
  * and one line of detail. */
-struct verdict { int pass; double value, limit; char detail[240]; };
+struct verdict { int pass; double value, limit; char detail[400]; };
 
 typedef void (*gate_fn)(const struct stats *, const struct gate_in *, struct verdict *);
 
@@ -1640,14 +2475,17 @@ static void gate_same_precision(const struct stats *s, const struct gate_in *g, 
              s->max_err, s->max_lp_err, s->floor, DTYPES[g->t].name);
 }
 
-/* NaN/inf: the output has the reference's counts, usually none. */
+/* NaN/inf: the output has the reference's counts on the checked elements
+ * (usually none), and none elsewhere when the reference has none. */
 static void gate_nan_inf(const struct stats *s, const struct gate_in *g, struct verdict *v)
 {
+    (void)g;
     size_t want = s->nan_ref + s->inf_ref, got = s->nan_out + s->inf_out;
     v->value = (double)got, v->limit = (double)want;
-    v->pass = g->p->full ? s->nan_out == s->nan_ref && s->inf_out == s->inf_ref : got == 0 && want == 0;
-    snprintf(v->detail, sizeof v->detail, "output has %zu NaN and %zu inf; reference %zu and %zu",
-             s->nan_out, s->inf_out, s->nan_ref, s->inf_ref);
+    v->pass = s->nan_out_checked == s->nan_ref && s->inf_out_checked == s->inf_ref && (want > 0 || got == 0);
+    snprintf(v->detail, sizeof v->detail, "output has %zu NaN and %zu inf (%zu and %zu on checked elements); "
+             "reference %zu and %zu", s->nan_out, s->inf_out, s->nan_out_checked, s->inf_out_checked,
+             s->nan_ref, s->inf_ref);
 }
 
 /* written: no element still holds the poison bytes (catches outputs the
@@ -1661,15 +2499,32 @@ static void gate_written(const struct stats *s, const struct gate_in *g, struct 
              g->unwritten, g->o->rows * g->o->cols);
 }
 
-/* nontrivial: the reference is well above atol and no input is all zero
- * (catches cases a kernel returning zeros would pass). */
+/* nontrivial: the reference's nonzero elements are well above atol and no
+ * input is all zero (catches cases a kernel returning zeros would pass). */
 static void gate_nontrivial(const struct stats *s, const struct gate_in *g, struct verdict *v)
 {
-    v->value = s->rms_ref, v->limit = 10.0 * g->atol;
-    v->pass = g->inputs_nonzero && s->rms_ref > v->limit;
+    v->value = s->rms_ref, v->limit = 10.0 * g->atol_base;   /* not scaled by the rms itself */
+    v->pass = g->inputs_nonzero && s->n_nz > 0 && s->rms_ref > v->limit;
+    if (g->inputs_nonzero && s->n > 0 && s->n_nz == 0 && s->n_finite == s->n) {
+        v->pass = 1;   /* the truth is zero: tile and group gates hold the output to it */
+        snprintf(v->detail, sizeof v->detail, "the reference is exactly zero on all %zu checked elements (e.g. "
+                 "the gradient of a softmax over one key): the tile and group gates hold the output to it", s->n);
+        return;
+    }
     snprintf(v->detail, sizeof v->detail,
-             "reference rms %.4g must exceed 10 x atol = %.4g%s, or a kernel returning zeros "
-             "could pass", s->rms_ref, v->limit, g->inputs_nonzero ? "" : " and inputs must be nonzero");
+             "reference rms %.4g (over its %zu nonzero checked elements) must exceed 10 x atol = %.4g%s, or "
+             "a kernel returning zeros could pass", s->rms_ref, s->n_nz, v->limit,
+             g->inputs_nonzero ? "" : " and inputs must be nonzero");
+}
+
+/* in bounds: the guard bands around the output still hold the poison bytes
+ * (catches a kernel writing past the end or before the start). */
+static void gate_in_bounds(const struct stats *s, const struct gate_in *g, struct verdict *v)
+{
+    (void)s;
+    v->value = (double)g->outside, v->limit = 0, v->pass = g->outside == 0;
+    snprintf(v->detail, sizeof v->detail, "%zu bytes of the %zu-byte guard bands before and after the "
+             "output were written", g->outside, 2 * g->o->guard);
 }
 
 /* bias: the mean signed error within 6 spreads of the mean (catches a small
@@ -1690,7 +2545,7 @@ static void gate_bias(const struct stats *s, const struct gate_in *g, struct ver
 static void gate_worst_tile(const struct stats *s, const struct gate_in *g, struct verdict *v)
 {
     if (s->worst_tile < 0) {
-        v->pass = 1, v->value = INFINITY, v->limit = 0;
+        v->pass = 1, v->value = NAN, v->limit = 0;
         snprintf(v->detail, sizeof v->detail, "no tile has %d checked elements; element gates cover it",
                  TILE_MIN_CHECKED);
         return;
@@ -1707,12 +2562,65 @@ static void gate_worst_tile(const struct stats *s, const struct gate_in *g, stru
              s->worst_tile_need, DTYPES[g->t].tile_snr_cap, TILE_SNR_SLACK_DB);
 }
 
-/* How a gate's column shows its verdict. */
+/* group: every group (sequence) near the same-precision reference's SNR on
+ * it, as for tiles; a group whose reference is all zero (an empty group's
+ * dB) must be exactly zero (catches one group computed wrong, or garbage
+ * where nothing should be). */
+static void gate_group(const struct stats *s, const struct gate_in *g, struct verdict *v)
+{
+    const struct output *o = g->o;
+    if (s->worst_seg < 0) {
+        v->pass = 1, v->value = NAN, v->limit = 0;
+        snprintf(v->detail, sizeof v->detail, "the output has no groups or sequences");
+        return;
+    }
+    size_t k = (size_t)s->worst_seg;
+    const struct acc *a = &s->segs[k];
+    v->value = s->worst_seg_snr, v->limit = s->worst_seg_need;
+    v->pass = !(s->worst_seg_snr < s->worst_seg_need);
+    char where[96], what[128];
+    snprintf(where, sizeof where, "worst %s %zu of %zu, rows %u..%u", o->seg_name, k, o->nseg, o->seg[k],
+             o->seg[k + 1] - 1);
+    if (a->ref2 == 0 && a->lperr2 == 0)
+        snprintf(what, sizeof what, "its reference is exactly zero, and so must the output be");
+    else if (a->ref2 == 0)
+        snprintf(what, sizeof what, "its reference is exactly zero: error energy %.1f dB below lp's, needs %.1f",
+                 s->worst_seg_snr, s->worst_seg_need);
+    else
+        snprintf(what, sizeof what, "SNR %.1f dB, needs %.1f dB", s->worst_seg_snr, s->worst_seg_need);
+    snprintf(v->detail, sizeof v->detail, "%s: %s; its largest error %.4g at (%zu,%zu), tile (%zu,%zu)", where,
+             what, a->max_err, a->wi, a->wj, a->wi / KG_TILE, a->wj / KG_TILE);
+}
+
+/* determinism: with --repeat N, every run bitwise equal to the first, or,
+ * for kernels that declare atomics, every run passing the gates (catches a
+ * race: an output that moves between runs). */
+static void gate_determinism(const struct stats *s, const struct gate_in *g, struct verdict *v)
+{
+    (void)s;
+    const struct repeat *r = g->rep;
+    v->limit = 0;
+    if (!r || r->runs < 2) {
+        v->pass = 1, v->value = NAN;
+        snprintf(v->detail, sizeof v->detail, "not repeated (--repeat N compares N runs)");
+        return;
+    }
+    v->value = r->runs;
+    v->pass = !r->diff_run && !r->gated_fail_run;
+    if (r->atomics)
+        snprintf(v->detail, sizeof v->detail, "the kernel declares atomics: each of %d runs held to the gates; "
+                 "run %d failed them", r->runs, r->gated_fail_run);
+    else
+        snprintf(v->detail, sizeof v->detail, "run %d of %d differs from run 1 first at element (%zu,%zu): "
+                 "%.9g vs %.9g", r->diff_run, r->runs, r->diff_row, r->diff_col, r->other, r->first);
+}
+
+/* How a gate's column shows its verdict ("-" for a NaN value: not gated). */
 enum gate_fmt {
     SHOW_RATIO,   /* value / limit: <= 1 passes */
     SHOW_COUNT,   /* a count */
     SHOW_VALUE,   /* the value itself */
-    SHOW_DB,      /* decibels; +inf is "exact" (or "-" when nothing was gated) */
+    SHOW_DB,      /* decibels; +inf is "exact" */
 };
 
 /* The gates, in the order they are printed. */
@@ -1722,9 +2630,12 @@ static const struct gate GATES[] = {
     { "same-precision", "same-prec", SHOW_RATIO, gate_same_precision },
     { "nan-inf", "nan/inf", SHOW_COUNT, gate_nan_inf },
     { "written", "unwritten", SHOW_COUNT, gate_written },
+    { "in-bounds", "oob", SHOW_COUNT, gate_in_bounds },
     { "nontrivial", "ref-rms", SHOW_VALUE, gate_nontrivial },
     { "bias", "bias", SHOW_RATIO, gate_bias },
     { "worst-tile", "tile-dB", SHOW_DB, gate_worst_tile },
+    { "group", "group-dB", SHOW_DB, gate_group },
+    { "determinism", "repeat", SHOW_COUNT, gate_determinism },
 };
 #define N_GATES (sizeof GATES / sizeof *GATES)
 
@@ -1739,7 +2650,7 @@ struct timing {
 #define TIMER_MIN_SAMPLES_GPU 10
 #define TIMER_MIN_SAMPLES_CPU 3
 #define TIMER_TARGET_S 0.25       /* stop once this much kernel time is sampled... */
-#define TIMER_CAP_S 5.0           /* ...or this much wall time has passed (n >= 3) */
+#define TIMER_CAP_S 5.0           /* ...or this much wall time has passed (n >= 3; CPU n >= 1) */
 #define TIMER_HARD_CAP_S 20.0     /* ...or this much, whatever n */
 #define TIMER_WARMUP_S 0.05       /* GPU warm-up by time, before the first sample */
 
@@ -1749,15 +2660,24 @@ static int cmp_double(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-/* One sample of output o: L2 flushed and the output poisoned (both queued
+/* Fill every output that launch o computes, guard bands included, with the
+ * poison bytes 0xff (queued on the device's stream). */
+static void poison_launch(struct run *r, int o)
+{
+    for (int k = 0; k < r->nout; k++) {
+        const struct output *p = &r->out[k];
+        if (p->launch == o) dev_fill(r->d, p->buf - p->guard, 0xff, p->elems * DTYPES[p->dt].bytes + 2 * p->guard);
+    }
+}
+
+/* One sample of launch o: L2 flushed and its outputs poisoned (both queued
  * before the start event, so outside the timed window), then the launch
  * between two device events (GPU) or two clock reads (CPU).  Milliseconds. */
 static double time_one(struct run *r, int o, unsigned char flush_byte)
 {
     struct device *d = r->d;
-    const struct output *p = &r->out[o];
     dev_fill(d, d->flush, flush_byte, d->flush_bytes);
-    dev_fill(d, p->buf, 0xff, p->elems * DTYPES[r->c->dt].bytes);
+    poison_launch(r, o);
     if (d->kind == DEV_CPU) {
         double t0 = now_s();
         r->c->op->launch(r, o);
@@ -1785,13 +2705,14 @@ static void time_output(struct run *r, int o, struct timing *t)
         for (int i = 0; i < 2 || now_s() - start < TIMER_WARMUP_S; i++) time_one(r, o, 0);
     static double ms[TIMER_MAX_SAMPLES];
     int n = 0, min_n = d->kind == DEV_GPU ? TIMER_MIN_SAMPLES_GPU : TIMER_MIN_SAMPLES_CPU;
+    int cap_n = d->kind == DEV_GPU ? 3 : 1;   /* the CPU candidate's time is not the point */
     double sum_s = 0;
     start = now_s();
     while (n < TIMER_MAX_SAMPLES) {
         ms[n] = time_one(r, o, (unsigned char)(n + 1));
         sum_s += ms[n++] * 1e-3;
         double wall = now_s() - start;
-        if ((n >= min_n && sum_s >= TIMER_TARGET_S) || (n >= 3 && wall >= TIMER_CAP_S) ||
+        if ((n >= min_n && sum_s >= TIMER_TARGET_S) || (n >= cap_n && wall >= TIMER_CAP_S) ||
             wall >= TIMER_HARD_CAP_S)
             break;
     }
@@ -1812,7 +2733,9 @@ struct result {
     struct verdict v[N_GATES];
     int pass;                     /* every gate passed (on the last check made) */
     const char *failed_when;      /* "check" or "re-check after timing" */
-    int timed;
+    struct repeat rep;            /* what --repeat found */
+    double atol;                  /* the allclose atol it is held to */
+    int timed;                    /* on a launch's owner: its time is known */
     struct timing t;
     double tflops, pct_peak;      /* pct_peak < 0: peak not known */
 };
@@ -1849,9 +2772,11 @@ static void print_machine(FILE *f, const struct device *d)
         fprintf(f, "  %-12s not known for %s: %% of peak is not printed\n", "peak:", d->arch_base);
 }
 
+static int LABEL_W = 40;   /* the case column: the longest label of the command's cases */
+
 static void print_header(void)
 {
-    printf("%-40s %-3s %-7s", "case", "out", "verdict");
+    printf("%-*s %-3s %-7s", LABEL_W, "case", "out", "verdict");
     for (size_t g = 0; g < N_GATES; g++) printf(" %9s", GATES[g].column);
     printf(" %7s %8s %10s %10s %10s %4s %9s %6s\n", "snr-dB", "rel-l2", "median-us", "min-us",
            "max-us", "n", "TFLOP/s", "%peak");
@@ -1861,12 +2786,13 @@ static void print_header(void)
 static void format_gate(char *buf, size_t n, size_t g, const struct verdict *v)
 {
     char mark = v->pass ? ' ' : '!';
+    if (isnan(v->value)) { snprintf(buf, n, "-%c", mark); return; }
     switch (GATES[g].show) {
     case SHOW_COUNT: snprintf(buf, n, "%.0f%c", v->value, mark); break;
     case SHOW_VALUE: snprintf(buf, n, "%.3g%c", v->value, mark); break;
     case SHOW_DB:
         if (isfinite(v->value)) snprintf(buf, n, "%.1f%c", v->value, mark);
-        else snprintf(buf, n, "%s%c", v->limit > 0 ? "exact" : v->value > 0 ? "-" : "-inf", mark);
+        else snprintf(buf, n, "%s%c", v->value > 0 ? "exact" : "-inf", mark);
         break;
     case SHOW_RATIO:
         snprintf(buf, n, "%.2f%c", v->limit > 0 ? v->value / v->limit : v->value > 0 ? INFINITY : 0, mark);
@@ -1874,25 +2800,32 @@ static void format_gate(char *buf, size_t n, size_t g, const struct verdict *v)
     }
 }
 
-static void print_row(const struct kcase *c, const struct output *o, const struct result *res)
+/* The table row of output o; outputs computed by another output's launch
+ * show "with <owner>" where the time would be. */
+static void print_row(const struct run *r, int o, const struct result *res)
 {
-    printf("%-40s %-3s %-7s", c->label, o->name, res->pass ? "pass" : "FAIL");
+    const struct output *p = &r->out[o];
+    const struct result *x = &res[o];
+    printf("%-*s %-3s %-7s", LABEL_W, r->c->label, p->name, x->pass ? "pass" : "FAIL");
     for (size_t g = 0; g < N_GATES; g++) {
         char buf[32];
-        format_gate(buf, sizeof buf, g, &res->v[g]);
+        format_gate(buf, sizeof buf, g, &x->v[g]);
         printf(" %9s", buf);
     }
-    printf(" %7.1f %8.2e", res->s.snr_db, res->s.rel_l2);
-    if (res->timed) {
-        printf(" %10.1f %10.1f %10.1f %4d %9.2f", res->t.median_us, res->t.min_us, res->t.max_us,
-               res->t.n, res->tflops);
-        if (res->pct_peak >= 0) printf(" %6.1f\n", res->pct_peak); else printf(" %6s\n", "-");
+    printf(" %7.1f %8.2e", x->s.snr_db, x->s.rel_l2);
+    if (p->launch != o && res[p->launch].timed) {
+        char with[32];
+        snprintf(with, sizeof with, "with %s", r->out[p->launch].name);
+        printf(" %10s %10s %10s %4s %9s %6s\n", with, "-", "-", "-", "-", "-");
+    } else if (x->timed) {
+        printf(" %10.1f %10.1f %10.1f %4d %9.2f", x->t.median_us, x->t.min_us, x->t.max_us, x->t.n, x->tflops);
+        if (x->pct_peak >= 0) printf(" %6.1f\n", x->pct_peak); else printf(" %6s\n", "-");
     } else {
         printf(" %10s %10s %10s %4s %9s %6s\n", "-", "-", "-", "-", "-", "-");
     }
     for (size_t g = 0; g < N_GATES; g++)
-        if (!res->v[g].pass)
-            printf("    FAIL %s (%s): %s\n", GATES[g].name, res->failed_when, res->v[g].detail);
+        if (!x->v[g].pass)
+            printf("    FAIL %s (%s): %s\n", GATES[g].name, x->failed_when, x->v[g].detail);
 }
 
 /* A number for JSON: null when not finite. */
@@ -1913,11 +2846,15 @@ static void json_str(const char *key, const char *s, int comma)
     printf("\"%s", comma ? "," : "");
 }
 
-/* One output of a case as a JSON object: gates, metrics, worst tile, time. */
-static void json_output(const struct output *o, const struct result *x)
+/* One output of a case as a JSON object: gates, metrics, worst tile and
+ * group, time (or the output whose launch it was timed with). */
+static void json_output(const struct run *r, int k, const struct result *res)
 {
+    const struct output *o = &r->out[k];
+    const struct result *x = &res[k];
     printf("{");
     json_str("name", o->name, 1);
+    json_str("dtype", DTYPES[o->dt].name, 1);
     printf("\"rows\":%zu,\"cols\":%zu,\"checked\":%zu,\"full\":%s,", o->rows, o->cols, x->s.n,
            x->plan.full ? "true" : "false");
     json_str("verdict", x->pass ? "pass" : "fail", 1);
@@ -1938,6 +2875,17 @@ static void json_output(const struct output *o, const struct result *x)
     if (x->s.worst_tile >= 0)
         printf(",\"worst_tile\":[%zu,%zu]", (size_t)x->s.worst_tile / x->s.tc,
                (size_t)x->s.worst_tile % x->s.tc);
+    if (x->s.worst_seg >= 0) {
+        printf(",");
+        json_str("worst_segment_kind", o->seg_name, 1);
+        printf("\"worst_segment\":%ld", x->s.worst_seg);
+    }
+    if (x->rep.runs > 1) printf(",\"repeat\":{\"runs\":%d,\"atomics\":%s}", x->rep.runs,
+                                x->rep.atomics ? "true" : "false");
+    if (o->launch != k && res[o->launch].timed) {
+        printf(",");
+        json_str("timed_with", r->out[o->launch].name, 0);
+    }
     if (x->timed) {
         printf(",\"time\":{");
         json_num("median_us", x->t.median_us, 1);
@@ -1969,7 +2917,7 @@ static void json_case(const struct run *r, const struct result *res, int pass)
     printf("\"outputs\":[");
     for (int k = 0; k < r->nout; k++) {
         if (k) printf(",");
-        json_output(&r->out[k], &res[k]);
+        json_output(r, k, res);
     }
     printf("]}\n");
     fflush(stdout);
@@ -1977,45 +2925,110 @@ static void json_case(const struct run *r, const struct result *res, int pass)
 
 /* ===== Running a case ===== */
 
-/* The tolerances a case is held to: the options', else the dtype's. */
-static double case_rtol(const struct run *r) { return r->o->rtol >= 0 ? r->o->rtol : DTYPES[r->c->dt].rtol; }
-static double case_atol(const struct run *r) { return r->o->atol >= 0 ? r->o->atol : DTYPES[r->c->dt].atol; }
+/* The tolerances a case is held to: the options', else the output dtype's. */
+/* An attention gradient's default rtol and atol: at least GRAD_TOL_ULPS
+ * unit roundoffs of its dtype (bf16 0.039, f16 the default 0.01).  A
+ * flash-attention backward reads O in the kernel's dtype; that rounding
+ * enters every row's D = sum O·dO and the cancellation in ds = P·(dP - D)
+ * amplifies it, beyond what an element tolerance of one GEMM allows.  The
+ * same-precision gate stays the tight one. */
+#define GRAD_TOL_ULPS 10.0
 
-/* Read output o back from the device, plant the --inject fault (if any), and
- * return its values (rows x cols, caller frees); *unwritten counts the
- * elements that still hold the poison bytes. */
-static float *read_back(struct run *r, int o, size_t *unwritten)
+static double grad_tol(enum dtype t, double dflt)
+{
+    return fmax(dflt, GRAD_TOL_ULPS * DTYPES[t].unit_roundoff);
+}
+
+/* The options' tolerances, else output o's dtype's (for a gradient,
+ * grad_tol of them). */
+static double out_rtol(const struct run *r, int o)
 {
     const struct output *p = &r->out[o];
-    enum dtype t = r->c->dt;
-    size_t es = DTYPES[t].bytes;
-    unsigned char *raw = xmalloc(p->elems * es);
-    dev_download(r->d, raw, p->buf, p->elems * es);
+    if (r->o->rtol >= 0) return r->o->rtol;
+    return p->grad ? grad_tol(p->dt, DTYPES[p->dt].rtol) : DTYPES[p->dt].rtol;
+}
+
+/* The options' atol, else the dtype's: what the nontrivial gate measures
+ * the reference against. */
+static double base_atol(const struct run *r, int o)
+{
+    return r->o->atol >= 0 ? r->o->atol : DTYPES[r->out[o].dt].atol;
+}
+
+/* The allclose atol of output o: base_atol, and for a gradient (which has
+ * no natural unit: its scale follows dO and Q) grad_tol of it times the
+ * reference's rms when that exceeds 1. */
+static double out_atol(const struct run *r, int o, const struct result *res)
+{
+    const struct output *p = &r->out[o];
+    if (!p->grad) return base_atol(r, o);
+    double sum = 0;
+    size_t n = 0;
+    const struct plan *pl = &res->plan;
+    for (size_t i = 0; i < pl->nr * p->cols; i++)
+        if (isfinite(res->refs.ref_r[i])) sum += res->refs.ref_r[i] * res->refs.ref_r[i], n++;
+    for (size_t i = 0; i < p->rows && pl->nc; i++)
+        for (size_t c = 0; c < pl->nc && !pl->row_in[i]; c++)
+            if (isfinite(res->refs.ref_c[i * pl->nc + c])) sum += res->refs.ref_c[i * pl->nc + c] * res->refs.ref_c[i * pl->nc + c], n++;
+    double rms = n ? sqrt(sum / (double)n) : 0, atol = base_atol(r, o);
+    return (r->o->atol >= 0 ? atol : grad_tol(p->dt, atol)) * (rms > 1 ? rms : 1);
+}
+
+/* Output o's storage with its guard bands, as the device holds it (caller
+ * frees). */
+static unsigned char *download_output(struct run *r, int o)
+{
+    const struct output *p = &r->out[o];
+    size_t bytes = p->elems * DTYPES[p->dt].bytes + 2 * p->guard;
+    unsigned char *raw = xmalloc(bytes);
+    dev_download(r->d, raw, p->buf - p->guard, bytes);
+    return raw;
+}
+
+/* The --inject fault if it is planted at `stage`, else NULL. */
+static const struct inject *run_inject(const struct run *r, enum inj_stage stage)
+{
     const struct inject *inj = r->o->inject ? find_inject(r->o->inject) : NULL;
-    struct inject_ctx ix = { p, NULL, raw, t, case_atol(r), mix64(r->key ^ 0x696e6a) };
-    if (inj && inj->on_raw) inj->apply(&ix);
-    *unwritten = 0;
+    return inj && inj->stage == stage ? inj : NULL;
+}
+
+/* Decode output o from its raw storage (with guard bands), planting the
+ * --inject fault (if any): its values (rows x cols, caller frees);
+ * *unwritten counts the elements still holding the poison bytes, *outside
+ * the guard bytes that no longer do. */
+static float *decode_output(struct run *r, int o, unsigned char *raw, double atol, size_t *unwritten,
+                            size_t *outside)
+{
+    const struct output *p = &r->out[o];
+    size_t es = DTYPES[p->dt].bytes;
+    struct inject_ctx ix = { r, o, p, NULL, raw, atol, mix64(r->key ^ 0x696e6a) };
+    const struct inject *inj = run_inject(r, INJ_RAW);
+    if (inj) inj->apply(&ix);
+    *unwritten = *outside = 0;
+    unsigned char *st = raw + p->guard;
     for (size_t i = 0; i < p->elems; i++) {
         size_t k = 0;
-        while (k < es && raw[i * es + k] == 0xff) k++;
+        while (k < es && st[i * es + k] == 0xff) k++;
         *unwritten += k == es;
     }
-    ix.out = decode_strided(t, raw, p->rows, p->cols, p->srow, p->scol);
-    free(raw);
-    if (inj && !inj->on_raw) inj->apply(&ix);
+    for (size_t i = 0; i < p->guard; i++) *outside += (raw[i] != 0xff) + (st[p->elems * es + i] != 0xff);
+    ix.out = decode_strided(p->dt, st, p->rows, p->cols, p->srow, p->scol);
+    if ((inj = run_inject(r, INJ_VALUES))) inj->apply(&ix);
     return ix.out;
 }
 
-/* Read output o back and run every gate on it: sets res->s, res->v and
- * res->pass; res->plan and res->refs must be ready.  `when` names the check
- * in failure lines. */
-static void check_output(struct run *r, int o, struct result *res, const char *when)
+/* Run every gate on output o from its raw storage (downloaded if raw is
+ * NULL): sets res->s, res->v and res->pass; res->plan and res->refs must be
+ * ready.  `when` names the check in failure lines. */
+static void check_output(struct run *r, int o, struct result *res, unsigned char *raw, const char *when)
 {
-    size_t unwritten;
-    float *out = read_back(r, o, &unwritten);
-    struct gate_in g = { &r->out[o], &res->plan, &res->refs, out, unwritten, r->c->dt,
-                         case_rtol(r), case_atol(r), r->inputs_nonzero };
+    unsigned char *own = raw ? NULL : (raw = download_output(r, o));
+    size_t unwritten, outside;
+    float *out = decode_output(r, o, raw, res->atol, &unwritten, &outside);
+    struct gate_in g = { &r->out[o], &res->plan, &res->refs, out, unwritten, outside, r->out[o].dt,
+                         out_rtol(r, o), res->atol, base_atol(r, o), r->inputs_nonzero, &res->rep };
     free(res->s.tiles);
+    free(res->s.segs);
     stats_compute(&res->s, &g);
     res->pass = 1;
     for (size_t k = 0; k < N_GATES; k++) {
@@ -2025,6 +3038,7 @@ static void check_output(struct run *r, int o, struct result *res, const char *w
     }
     res->failed_when = when;
     free(out);
+    free(own);
 }
 
 /* Exit 2 if --rtol/--atol loosen dtype t's defaults without --why. */
@@ -2036,47 +3050,132 @@ static void check_tolerance(const struct opts *o, enum dtype t, const char *labe
             "--why \"reason\"", label, DTYPES[t].name, DTYPES[t].rtol, DTYPES[t].atol);
 }
 
-/* The whole pipeline for one case: inputs, poisoned outputs, launches,
- * references, gates; only if every gate passed, the timer and a re-check of
- * the timed outputs.  Reports the case; returns 1 if it passed. */
+/* Poison and launch every launch of the case (owners in order), wait; 1 if
+ * a launched kernel declares atomics. */
+static int launch_all(struct run *r)
+{
+    r->d->launched_atomics = r->d->kind == DEV_CPU && getenv("KGATE_TEST_ATOMICS");
+    for (int k = 0; k < r->nout; k++)
+        if (r->out[k].launch == k) poison_launch(r, k), r->c->op->launch(r, k);
+    dev_sync(r->d);
+    return r->d->launched_atomics;
+}
+
+/* The first element where two raw storages of output o differ, as (row,
+ * col) and the two values; 0 if they are bitwise equal. */
+static int first_difference(const struct output *p, const unsigned char *a, const unsigned char *b,
+                            struct repeat *rep)
+{
+    size_t es = DTYPES[p->dt].bytes;
+    if (memcmp(a, b, p->elems * es + 2 * p->guard) == 0) return 0;
+    for (size_t i = 0; i < p->rows; i++)
+        for (size_t j = 0; j < p->cols; j++) {
+            size_t at = p->guard + (size_t)((int64_t)i * p->srow + (int64_t)j * p->scol) * es;
+            if (memcmp(a + at, b + at, es) == 0) continue;
+            rep->diff_row = i, rep->diff_col = j;
+            rep->first = dt_load(p->dt, a + p->guard, (at - p->guard) / es);
+            rep->other = dt_load(p->dt, b + p->guard, (at - p->guard) / es);
+            return 1;
+        }
+    rep->diff_row = rep->diff_col = SIZE_MAX;   /* the guard bands differ */
+    return 1;
+}
+
+/* Runs 2..n of a case on the same inputs: each output compared bit for bit
+ * with run 1 (raw1), or, when the kernels declare atomics, gated. */
+static void repeat_runs(struct run *r, struct result *res, unsigned char **raw1, int n)
+{
+    for (int k = 0; k < r->nout; k++) res[k].rep.runs = n;
+    for (int run = 2; run <= n; run++) {
+        int atomics = launch_all(r);
+        for (int k = 0; k < r->nout; k++) {
+            struct repeat *rep = &res[k].rep;
+            unsigned char *raw = download_output(r, k);
+            const struct inject *inj = run_inject(r, INJ_REPEAT);
+            struct inject_ctx ix = { r, k, &r->out[k], NULL, raw, 0, 0 };
+            if (inj && run == 2) inj->apply(&ix);
+            rep->atomics |= atomics;
+            if (atomics) {
+                check_output(r, k, &res[k], raw, "repeated run");
+                if (!res[k].pass && !rep->gated_fail_run) rep->gated_fail_run = run;
+            } else if (!rep->diff_run && first_difference(&r->out[k], raw1[k], raw, rep)) {
+                rep->diff_run = run;
+            }
+            free(raw);
+        }
+    }
+}
+
+/* Time every launch of a passed case, then re-check its outputs: sets
+ * res[].t, .timed, .tflops, .pct_peak; returns 0 if a re-check failed. */
+static int time_case(struct run *r, struct result *res, int idx, int total, FILE *progress)
+{
+    int pass = 1;
+    for (int k = 0; k < r->nout && pass; k++) {
+        if (r->out[k].launch != k) continue;
+        if (progress)
+            fprintf(progress, "[%d/%d] %s %s: timing\n", idx, total, r->c->label, r->out[k].name);
+        time_output(r, k, &res[k].t);
+        for (int j = 0; j < r->nout; j++) {
+            if (r->out[j].launch != k) continue;
+            check_output(r, j, &res[j], NULL, "re-check after timing");
+            pass &= res[j].pass;
+        }
+        res[k].timed = pass;
+        double peak = r->c->dt == DT_F32 ? r->d->peak_f32 : r->d->peak_mma16;
+        res[k].tflops = r->out[k].flops / (res[k].t.median_us * 1e-6) / 1e12;
+        res[k].pct_peak = peak > 0 ? 100.0 * res[k].tflops * 1e12 / peak : -1;
+    }
+    return pass;
+}
+
+/* The whole pipeline for one case: inputs, references, poisoned outputs,
+ * launches, --repeat runs, gates; only if every gate passed, the timer and
+ * a re-check of the timed outputs.  Reports the case; returns 1 if it
+ * passed. */
 static int run_case(const struct kcase *c, struct device *d, const struct opts *o, int idx,
                     int total, struct tally *tl, unsigned *failed_gates)
 {
     check_tolerance(o, c->dt, c->where);
+    const struct inject *inj = o->inject ? find_inject(o->inject) : NULL;
+    if (inj && inj->unfit && inj->unfit(c))
+        die(EXIT_USAGE, "%s: --inject %s %s; %s is not", c->where, inj->name, inj->unfit(c), c->label);
     struct run r = { .c = c, .d = d, .o = o, .inputs_nonzero = 1 };
     r.key = hash_str(mix64(o->seed), c->label);
+    for (size_t i = 0; i < 2 * c->nlens && c->lens; i++) r.key = mix64(r.key ^ c->lens[i]);
     FILE *progress = o->quiet ? NULL : stderr;
     if (progress) fprintf(progress, "[%d/%d] %s (%s): inputs\n", idx, total, c->label, c->where);
     c->op->prepare(&r);
-    for (int k = 0; k < r.nout; k++) {
-        dev_fill(d, r.out[k].buf, 0xff, r.out[k].elems * DTYPES[c->dt].bytes);
-        c->op->launch(&r, k);
-    }
-    dev_sync(d);
     struct result *res = xcalloc((size_t)r.nout, sizeof *res);
-    int pass = 1;
     for (int k = 0; k < r.nout; k++) {
-        plan_build(&res[k].plan, &r.out[k], o->full, mix64(r.key ^ (uint64_t)k));
-        refs_compute(&res[k].refs, &r.out[k], &res[k].plan, c->dt);
-        if (progress)
-            fprintf(progress, "[%d/%d] %s %s: references on %zu of %zu elements (%s): double %.2f s, "
-                    "same-precision %.2f s\n", idx, total, c->label, r.out[k].name,
-                    plan_count(&res[k].plan, &r.out[k]), r.out[k].rows * r.out[k].cols,
-                    res[k].plan.full ? "all" : "tile-covering sample", res[k].refs.ref_s,
-                    res[k].refs.lp_s);
-        check_output(&r, k, &res[k], "check");
-        pass &= res[k].pass;
+        const struct output *p = &r.out[k];
+        plan_build(&res[k].plan, p, o->full, mix64(r.key ^ (uint64_t)k));
+        refs_compute(&res[k].refs, &r, k, &res[k].plan);
+        res[k].atol = out_atol(&r, k, &res[k]);
+        if (!progress) continue;
+        fprintf(progress, "[%d/%d] %s %s: references on %zu of %zu elements (%s): ", idx, total, c->label,
+                p->name, plan_count(&res[k].plan, p), p->rows * p->cols,
+                res[k].plan.full ? "all" : "tile-covering sample");
+        if (res[k].refs.lp_s >= 0)
+            fprintf(progress, "double %.2f s, same-precision %.2f s\n", res[k].refs.ref_s, res[k].refs.lp_s);
+        else
+            fprintf(progress, "double and same-precision %.2f s\n", res[k].refs.ref_s);
     }
-    for (int k = 0; k < r.nout && pass; k++) {
-        if (progress) fprintf(progress, "[%d/%d] %s %s: timing\n", idx, total, c->label, r.out[k].name);
-        time_output(&r, k, &res[k].t);
-        check_output(&r, k, &res[k], "re-check after timing");
-        pass &= res[k].pass;
-        res[k].timed = res[k].pass;
-        double peak = c->dt == DT_F32 ? d->peak_f32 : d->peak_mma16;
-        res[k].tflops = r.out[k].flops / (res[k].t.median_us * 1e-6) / 1e12;
-        res[k].pct_peak = peak > 0 ? 100.0 * res[k].tflops * 1e12 / peak : -1;
+    launch_all(&r);
+    unsigned char **raw1 = xcalloc((size_t)r.nout, sizeof *raw1);
+    for (int k = 0; k < r.nout; k++) raw1[k] = download_output(&r, k);
+    int pass = 1, repeat = o->repeat > 1 ? o->repeat : 1;
+    if (repeat > 1) {
+        if (progress) fprintf(progress, "[%d/%d] %s: %d more runs\n", idx, total, c->label, repeat - 1);
+        repeat_runs(&r, res, raw1, repeat);
     }
+    for (int k = 0; k < r.nout; k++) {
+        if (!res[k].rep.atomics || res[k].pass) check_output(&r, k, &res[k], raw1[k], "check");
+        pass &= res[k].pass;
+        free(raw1[k]);
+    }
+    free(raw1);
+    if (pass) pass = time_case(&r, res, idx, total, progress);
     if (!pass)
         for (int k = 0; k < r.nout; k++) res[k].timed = 0;  /* a failed case has no time */
     for (int k = 0; k < r.nout; k++)
@@ -2087,7 +3186,7 @@ static int run_case(const struct kcase *c, struct device *d, const struct opts *
     } else if (o->json) {
         json_case(&r, res, pass);
     } else {
-        for (int k = 0; k < r.nout; k++) print_row(c, &r.out[k], &res[k]);
+        for (int k = 0; k < r.nout; k++) print_row(&r, k, res);
         fflush(stdout);
     }
     tl->cases++, tl->cases_failed += !pass;
@@ -2096,6 +3195,7 @@ static int run_case(const struct kcase *c, struct device *d, const struct opts *
         plan_free(&res[k].plan);
         refs_free(&res[k].refs);
         free(res[k].s.tiles);
+        free(res[k].s.segs);
     }
     free(res);
     release_run(&r);
@@ -2158,7 +3258,11 @@ static int cmd_run(struct kcase *cases, size_t n, const struct opts *o)
     open_device(&d, o);
     FILE *summary = o->json ? stderr : stdout;
     print_machine(summary, &d);
-    fprintf(summary, "  %-12s %" PRIu64 "\n\n", "seed:", o->seed);
+    fprintf(summary, "  %-12s %" PRIu64 "\n", "seed:", o->seed);
+    fprintf(summary, "  %-12s %d run%s per case%s\n\n", "repeat:", o->repeat, o->repeat == 1 ? "" : "s",
+            o->repeat > 1 ? " (outputs bitwise equal, or gated when a kernel declares atomics)" : "");
+    for (size_t i = 0; i < n; i++)
+        if ((int)strlen(cases[i].label) > LABEL_W) LABEL_W = (int)strlen(cases[i].label);
     if (!o->json) {
         print_why(o);
         print_header();
@@ -2307,7 +3411,7 @@ static void st_references(struct selftest *st)
  * every column and every tile. */
 static void st_sampling(struct selftest *st)
 {
-    struct output o = { .rows = 1000, .cols = 777, .inner = 10000 };
+    struct output o = { .rows = 1000, .cols = 777, .check_macs = 1000.0 * 777 * 10000 };
     struct plan p;
     plan_build(&p, &o, 0, 99);
     size_t tr = (o.rows + KG_TILE - 1) / KG_TILE, tc = (o.cols + KG_TILE - 1) / KG_TILE;
@@ -2338,43 +3442,60 @@ static void st_sha256(struct selftest *st)
               "sha256(\"abc\") matches FIPS 180-4");
 }
 
-/* Run one selftest case (case options as one string) with fault `inj` (or
- * none); returns 1 if it passed and sets *failed to the gates that failed. */
-static int st_run(struct device *d, const struct opts *base, const char *args,
-                  const struct inject *inj, struct kcase *c, unsigned *failed)
+/* Run one selftest case ("op options...") with fault `inj` (or none) and
+ * `repeat` runs; returns 1 if it passed and sets *failed to the gates that
+ * failed. */
+static int st_run(struct device *d, const struct opts *base, const char *args, const struct inject *inj,
+                  int repeat, struct kcase *c, unsigned *failed)
 {
-    char text[128], *argv[16];
+    char text[160], *argv[24];
     snprintf(text, sizeof text, "%s", args);
     int argc = 0;
-    for (char *save = NULL, *t = strtok_r(text, " ", &save); t && argc < 16; t = strtok_r(NULL, " ", &save))
+    for (char *save = NULL, *t = strtok_r(text, " ", &save); t && argc < 24; t = strtok_r(NULL, " ", &save))
         argv[argc++] = t;
-    case_init(c, find_op("gemm"), "selftest");
-    parse_case_args(c, NULL, argc, argv, 0, 0);
+    case_init(c, find_op(argv[0]), "selftest");
+    parse_case_args(c, NULL, argc, argv, 1, 0);
     struct opts o = *base;
-    o.quiet = 1, o.inject = inj ? inj->name : NULL;
+    o.quiet = 1, o.inject = inj ? inj->name : NULL, o.repeat = repeat;
     struct tally tl = { 0 };
     *failed = 0;
-    return run_case(c, d, &o, 0, 0, &tl, failed);
+    int pass = run_case(c, d, &o, 0, 0, &tl, failed);
+    case_free(c);
+    return pass;
 }
 
-/* Clean cases pass every gate on the device; every planted fault makes its
- * own gate fail. */
+/* The selftest's case for a fault: a gemm, unless the fault needs groups
+ * or a causal mask. */
+static const char *st_case_for(const struct inject *inj)
+{
+    if (strcmp(inj->name, "group") == 0) return "grouped --dtype bf16 --groups 0,77,1,130,0 --shape 96x70 --bwd";
+    if (strcmp(inj->name, "mask") == 0) return "attn --dtype bf16 --seq 113:203 --heads 4:2 --dim 64 --causal --bwd";
+    return "gemm --dtype bf16 --layout NT --shape 300x260x70";
+}
+
+/* Clean cases of every op pass every gate on the device; every planted
+ * fault makes its own gate fail. */
 static void st_gates(struct selftest *st, struct device *d, const struct opts *base)
 {
     static const char *const clean[] = {
-        "--dtype f32 --layout NN --shape 200x150x90",
-        "--dtype f16 --layout TN --shape 130x257x64",
-        "--dtype bf16 --layout TT --shape 129x131x77 --bwd",
+        "gemm --dtype f32 --layout NN --shape 200x150x90",
+        "gemm --dtype f16 --layout TN --shape 130x257x64",
+        "gemm --dtype bf16 --layout TT --shape 129x131x77 --bwd",
+        "grouped --dtype f16 --layout NN --groups 0,65,1,130,0 --shape 70x33 --bwd",
+        "attn --dtype bf16 --seqlens 0,37,130:70,5:0 --heads 4:2 --dim 80 --causal --bwd",
+        "attn --dtype f16 --seq 239:1 --heads 2:1 --dim 64 --causal --bwd",
     };
     struct kcase c;
     unsigned failed;
+    char label[160];
     for (size_t i = 0; i < sizeof clean / sizeof *clean; i++) {
-        int pass = st_run(d, base, clean[i], NULL, &c, &failed);
-        st_report(st, pass, "clean %s passes every gate", c.label);
+        int pass = st_run(d, base, clean[i], NULL, 2, &c, &failed);
+        snprintf(label, sizeof label, "%s", c.label);
+        st_report(st, pass, "clean %s passes every gate, 2 runs bitwise equal", label);
     }
     for (size_t i = 0; i < N_INJECTS; i++) {
         const struct inject *inj = &INJECTS[i];
-        int pass = st_run(d, base, "--dtype bf16 --layout NT --shape 300x260x70", inj, &c, &failed);
+        int pass = st_run(d, base, st_case_for(inj), inj, inj->stage == INJ_REPEAT ? 2 : 1, &c, &failed);
         size_t g = 0;
         while (g < N_GATES && strcmp(GATES[g].name, inj->gate) != 0) g++;
         char names[256] = "";
@@ -2554,6 +3675,27 @@ static int cmd_isa(const struct opts *o)
 
 /* ===== main ===== */
 
+/* `kgate all` runs every case this many times (--repeat): on a GPU 3, on
+ * the CPU (whose candidate is deterministic by construction) 2. */
+#define DEFAULT_REPEAT_ALL_GPU 3
+#define DEFAULT_REPEAT_ALL_CPU 2
+
+/* Set the command's default --repeat; exit 2 on an unknown fault, or on
+ * `race` without repeated runs. */
+static void check_inject(struct opts *o, int default_repeat)
+{
+    if (!o->repeat) o->repeat = default_repeat;
+    if (!o->inject) return;
+    if (!find_inject(o->inject)) {
+        char names[256] = "";
+        for (size_t i = 0; i < N_INJECTS; i++)
+            snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s", i ? ", " : "", INJECTS[i].name);
+        die(EXIT_USAGE, "--inject %s: unknown fault (%s)", o->inject, names);
+    }
+    if (find_inject(o->inject)->stage == INJ_REPEAT && o->repeat < 2)
+        die(EXIT_USAGE, "--inject %s plants its fault in repeated runs: give --repeat 2 or more", o->inject);
+}
+
 static const char USAGE[] =
     "usage: kgate COMMAND [options]\n"
     "\n"
@@ -2561,32 +3703,49 @@ static const char USAGE[] =
     "CPU references; a time is printed only for a case that passed every gate.\n"
     "\n"
     "commands:\n"
-    "  all       [--shapes FILE]             every case of a shapes file (default shapes.txt)\n"
+    "  all       [--shapes FILE]             every case of a shapes file (default shapes.txt),\n"
+    "                                        each run 3 times (2 on --device cpu) unless --repeat\n"
     "  gemm      --shape MxNxK [--dtype D] [--layout L] [--bwd]\n"
     "                                        one GEMM: C = A·B; --bwd adds dA = dC·Bᵀ, dB = Aᵀ·dC\n"
+    "  grouped   --groups M1,M2,... --shape NxK [--dtype D] [--layout NN|NT] [--bwd]\n"
+    "                                        a grouped (MoE) GEMM: C_g = A_g·B_g per group\n"
+    "  attn      --heads Hq[:Hkv] --dim D (--seq Sq[:Sk] [--batch B] | --seqlens S,Sq:Sk,...)\n"
+    "            [--causal] [--scale X] [--dtype f16|bf16] [--bwd]\n"
+    "                                        attention: O and LSE; --bwd adds dQ, dK, dV\n"
     "  devices                               list the GPUs the runtime sees, and the CPU\n"
     "  selftest                              prove every gate against clean runs and planted faults\n"
     "  isa       [--arch A]                  compile kernels.hip for A (sm_90a, gfx942, ...; default\n"
     "                                        GPU 0) and count each kernel's matrix instructions\n"
     "\n"
     "case options:\n"
-    "  --dtype D        f32, f16, bf16 (default bf16); inputs and output, fp32 accumulation\n"
-    "  --layout L       NN, NT, TN, TT (default NT): A then B; N = A [M][K], B [K][N];\n"
-    "                   T = A stored [K][M], B stored [N][K]\n"
-    "  --shape MxNxK    each dimension 1..1048576\n"
-    "  --bwd            also the backward products dA and dB, each gated\n"
+    "  --dtype D        f32, f16, bf16 (default bf16; attn: f16, bf16); inputs and outputs,\n"
+    "                   fp32 accumulation\n"
+    "  --layout L       gemm: NN, NT, TN, TT (default NT): A then B; N = A [M][K], B [K][N];\n"
+    "                   T = A stored [K][M], B stored [N][K].  grouped: NN (B [G][K][N]) or\n"
+    "                   NT (B [G][N][K]); A is [sum M][K]\n"
+    "  --shape MxNxK    gemm; grouped: NxK.  Each dimension 1..1048576\n"
+    "  --groups LIST    grouped: the group sizes M_g, comma-separated, 0 allowed (up to 4096)\n"
+    "  --seq Sq[:Sk]    attn: query and key length of every sequence (--batch B of them, default 1)\n"
+    "  --seqlens LIST   attn: varlen batch, one entry per sequence: S, or Sq:Sk (0 allowed)\n"
+    "  --heads Hq[:Hkv] attn: query heads, KV heads (Hq a multiple of Hkv: MHA, GQA, MQA)\n"
+    "  --dim D          attn: head dim, 1..256\n"
+    "  --causal         attn: causal mask, bottom-right aligned when Sq != Sk\n"
+    "  --scale X        attn: softmax scale (default 1/sqrt(D))\n"
+    "  --bwd            the backward outputs too, each gated\n"
     "\n"
     "run options:\n"
     "  --device N|cpu   GPU N (default 0), or cpu: ref.c's candidate runs the same pipeline\n"
     "  --kernels FILE   compile FILE instead of the embedded kernels.hip (same entry points)\n"
     "  --seed N         input seed (default 42; printed)\n"
+    "  --repeat N       run each case N times on the same inputs (1..1000): outputs must be\n"
+    "                   bitwise equal, or, for kernels that declare atomics, pass every gate\n"
     "  --full           check every element (default: all up to 2^31 multiply-adds per output,\n"
     "                   a tile-covering sample above)\n"
-    "  --rtol X --atol Y  allclose tolerances (defaults: f32 1e-4, f16/bf16 1e-2);\n"
-    "                   looser than the default needs --why \"reason\"\n"
+    "  --rtol X --atol Y  allclose tolerances (defaults: f32 1e-4, f16/bf16 1e-2; attention\n"
+    "                   gradients: see README); looser than the default needs --why \"reason\"\n"
     "  --why TEXT       the reason for a looser tolerance, printed in the report\n"
     "  --inject KIND    plant a fault in the candidate's output: tile, tail, nan, bias, drop,\n"
-    "                   row, unwritten; the gate meant for it must fail\n"
+    "                   row, unwritten, outside, group, mask, race; the gate meant for it must fail\n"
     "  --json           one JSON object per case on stdout (the summary goes to stderr)\n"
     "\n"
     "exit: 0 every gate passed, 1 a gate failed, 2 bad usage or input, 3 no GPU runtime,\n"
@@ -2604,24 +3763,29 @@ int main(int argc, char **argv)
     struct opts o = { .seed = 42, .rtol = -1, .atol = -1 };
     const char *cmd = argv[1];
     const struct op *op = find_op(cmd);
+    struct kcase one;
     if (op) {
-        struct kcase c;
-        case_init(&c, op, "command line");
-        parse_case_args(&c, &o, argc, argv, 2, 1);
-        if (o.inject && !find_inject(o.inject)) die(EXIT_USAGE, "--inject %s: unknown fault", o.inject);
-        return cmd_run(&c, 1, &o);
+        case_init(&one, op, "command line");
+        parse_case_args(&one, &o, argc, argv, 2, 1);
+    } else {
+        for (int i = 2; i < argc;) {
+            int used = parse_global(&o, argc, argv, i);
+            if (!used) die(EXIT_USAGE, "%s: unknown option '%s' (see kgate --help)", cmd, argv[i]);
+            i += used;
+        }
     }
-    for (int i = 2; i < argc;) {
-        int used = parse_global(&o, argc, argv, i);
-        if (!used) die(EXIT_USAGE, "%s: unknown option '%s' (see kgate --help)", cmd, argv[i]);
-        i += used;
+    int all_repeat = o.device_cpu ? DEFAULT_REPEAT_ALL_CPU : DEFAULT_REPEAT_ALL_GPU;
+    check_inject(&o, !op && strcmp(cmd, "all") == 0 ? all_repeat : 1);
+    if (op) {
+        int rc = cmd_run(&one, 1, &o);
+        case_free(&one);
+        return rc;
     }
-    if (o.inject && !find_inject(o.inject))
-        die(EXIT_USAGE, "--inject %s: unknown fault (tile, tail, nan, bias, drop, row, unwritten)", o.inject);
     if (strcmp(cmd, "all") == 0) {
         size_t n;
         struct kcase *cases = read_shapes(o.shapes_path ? o.shapes_path : "shapes.txt", &n);
         int rc = cmd_run(cases, n, &o);
+        for (size_t i = 0; i < n; i++) case_free(&cases[i]);
         free(cases);
         return rc;
     }

@@ -337,3 +337,343 @@ static void cpu_candidate_gemm(enum dtype t, const float *x, const float *y, siz
             dt_store(t, c, (size_t)((int64_t)i * scm + (int64_t)j * scn), acc[i * cols + j]);
     free(acc);
 }
+
+/* ===== Attention on the CPU ===== */
+
+/* Attention of a varlen batch, in kgate's "THD" layout: Q, O, dO, dQ are
+ * [Tq][hq][d], K, V, dK, dV are [Tk][hkv][d], LSE is [Tq][hq]; sequence b has
+ * query tokens [cu_q[b], cu_q[b+1]) and key tokens [cu_k[b], cu_k[b+1]).
+ * Query head h reads KV head h / (hq / hkv).  Scores are scale·q·k; with
+ * causal, local query i sees local key j iff j <= i + Sk - Sq (+ shift, which
+ * only the planted `mask` fault sets), bottom-right aligned.  A query that
+ * sees no key has O = 0 and LSE = -inf. */
+struct attn_geom {
+    size_t b, hq, hkv, d;
+    const uint32_t *cu_q, *cu_k;   /* b + 1 prefix offsets each */
+    int causal, shift;
+    double scale;
+};
+
+/* The canonical (float) tensors, and the softmax statistics of every query
+ * row that the backward references share: in double (ref) and as the
+ * same-precision computation gives them (lp). */
+struct attn_in {
+    const float *q, *k, *v, *dout;
+    double *lse_ref, *dsum_ref;    /* [Tq][hq] */
+    float *lse_lp, *dsum_lp;
+};
+
+/* The sequence that owns token t, given prefix offsets cu[0..b]. */
+static size_t attn_seq_of(const uint32_t *cu, size_t b, size_t t)
+{
+    size_t lo = 0, hi = b;            /* cu[lo] <= t < cu[hi] */
+    while (hi - lo > 1) {
+        size_t mid = (lo + hi) / 2;
+        if (cu[mid] <= t) lo = mid; else hi = mid;
+    }
+    return lo;
+}
+
+/* How many keys (a prefix 0..n-1 of the sequence's keys) local query i of
+ * sequence b sees. */
+static size_t attn_visible(const struct attn_geom *g, size_t b, size_t i)
+{
+    int64_t sq = g->cu_q[b + 1] - g->cu_q[b], sk = g->cu_k[b + 1] - g->cu_k[b];
+    if (!g->causal) return (size_t)sk;
+    int64_t n = (int64_t)i + sk - sq + 1 + g->shift;
+    return n < 0 ? 0 : n > sk ? (size_t)sk : (size_t)n;
+}
+
+static const float *attn_row(const float *x, size_t tok, size_t heads, size_t h, size_t d)
+{
+    return x + (tok * heads + h) * d;
+}
+
+/* sum a[i]*b[i] in double (the reference: order does not matter at this precision). */
+static double dot_f64(const float *a, const float *b, size_t n)
+{
+    kg_v2d s0 = { 0, 0 }, s1 = { 0, 0 };
+    size_t i = 0;
+    for (; i + 4 <= n; i += 4) {
+        kg_v2d a0 = { a[i], a[i + 1] }, b0 = { b[i], b[i + 1] };
+        kg_v2d a1 = { a[i + 2], a[i + 3] }, b1 = { b[i + 2], b[i + 3] };
+        s0 += a0 * b0;
+        s1 += a1 * b1;
+    }
+    double s = s0[0] + s0[1] + s1[0] + s1[1];
+    for (; i < n; i++) s += (double)a[i] * b[i];
+    return s;
+}
+
+/* sum a[i]*b[i] in fp32, i in order, each product and sum rounded: the lp
+ * (eager-framework) arithmetic. */
+static float dot_f32_seq(const float *a, const float *b, size_t n)
+{
+    float s = 0;
+    for (size_t i = 0; i < n; i++) s += a[i] * b[i];
+    return s;
+}
+
+/* sum a[i]*b[i] in fp32 with 8 partial sums, as a vectorised kernel adds:
+ * the CPU candidate's arithmetic. */
+static float dot_f32_par(const float *a, const float *b, size_t n)
+{
+    kg_v4f s0 = { 0, 0, 0, 0 }, s1 = { 0, 0, 0, 0 };
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        kg_v4f a0, b0, a1, b1;
+        memcpy(&a0, a + i, 16), memcpy(&b0, b + i, 16);
+        memcpy(&a1, a + i + 4, 16), memcpy(&b1, b + i + 4, 16);
+        s0 += a0 * b0;
+        s1 += a1 * b1;
+    }
+    kg_v4f s = s0 + s1;
+    float r = (s[0] + s[1]) + (s[2] + s[3]);
+    for (; i < n; i++) r += a[i] * b[i];
+    return r;
+}
+
+/* --- references: one (token, head) unit at a time --- */
+
+/* Forward, query token t, head h.  ref: in double, o[d] and *lse.  lp: the
+ * same computation as an eager framework does it in dtype dt: scores in fp32,
+ * rounded to dt; softmax in fp32 (its LSE from the rounded scores); the
+ * probabilities rounded to dt; P·V in fp32, rounded to dt. */
+static void attn_ref_fwd(const struct attn_geom *g, const struct attn_in *in, enum dtype dt, size_t t,
+                         size_t h, double *o, double *lse, float *o_lp, float *lse_lp)
+{
+    size_t b = attn_seq_of(g->cu_q, g->b, t), nk = attn_visible(g, b, t - g->cu_q[b]);
+    size_t hk = h / (g->hq / g->hkv), k0 = g->cu_k[b], d = g->d;
+    const float *q = attn_row(in->q, t, g->hq, h, d);
+    for (size_t c = 0; c < d; c++) o[c] = 0, o_lp[c] = 0;
+    *lse = -INFINITY, *lse_lp = -INFINITY;
+    if (nk == 0) return;
+    double *s = xmalloc(nk * sizeof(double)), m = -INFINITY, l = 0;
+    float *s32 = xmalloc(nk * sizeof(float)), m32 = -INFINITY, l32 = 0;
+    for (size_t j = 0; j < nk; j++) {
+        const float *k = attn_row(in->k, k0 + j, g->hkv, hk, d);
+        s[j] = g->scale * dot_f64(q, k, d);
+        s32[j] = dt_round(dt, dot_f32_seq(q, k, d) * (float)g->scale);
+        m = s[j] > m ? s[j] : m;
+        m32 = s32[j] > m32 ? s32[j] : m32;
+    }
+    for (size_t j = 0; j < nk; j++) {
+        s[j] = exp(s[j] - m), l += s[j];
+        s32[j] = expf(s32[j] - m32), l32 += s32[j];
+    }
+    float *acc = xcalloc(d, sizeof(float));
+    for (size_t j = 0; j < nk; j++) {
+        const float *v = attn_row(in->v, k0 + j, g->hkv, hk, d);
+        float p32 = dt_round(dt, s32[j] / l32);
+        for (size_t c = 0; c < d; c++) o[c] += s[j] * v[c], acc[c] += p32 * v[c];
+    }
+    for (size_t c = 0; c < d; c++) o[c] /= l, o_lp[c] = dt_round(dt, acc[c]);
+    *lse = m + log(l), *lse_lp = m32 + logf(l32);
+    free(s), free(s32), free(acc);
+}
+
+/* The backward's per-row statistics for query token t, head h: LSE and
+ * D = sum_d dO·O, in double (from the double O) and in lp (fp32 from lp's O
+ * rounded to dt). */
+static void attn_ref_stats(const struct attn_geom *g, struct attn_in *in, enum dtype dt, size_t t, size_t h)
+{
+    double o[KG_ATTN_DMAX], lse;
+    float o_lp[KG_ATTN_DMAX], lse_lp;
+    attn_ref_fwd(g, in, dt, t, h, o, &lse, o_lp, &lse_lp);
+    const float *dout = attn_row(in->dout, t, g->hq, h, g->d);
+    double ds = 0;
+    float ds32 = 0;
+    for (size_t c = 0; c < g->d; c++) ds += o[c] * dout[c], ds32 += o_lp[c] * dout[c];
+    in->lse_ref[t * g->hq + h] = lse, in->dsum_ref[t * g->hq + h] = ds;
+    in->lse_lp[t * g->hq + h] = lse_lp, in->dsum_lp[t * g->hq + h] = ds32;
+}
+
+/* One score's backward terms for query token t (head h) and key token kt
+ * (KV head hk): p and ds = p·(dp - D), in double and in lp (each of s, p, dp
+ * and ds rounded to dt, as eager autograd stores them). */
+static void attn_ref_pds(const struct attn_geom *g, const struct attn_in *in, enum dtype dt, size_t t,
+                         size_t h, size_t kt, size_t hk, double pd[2], float pl[2])
+{
+    const float *q = attn_row(in->q, t, g->hq, h, g->d), *k = attn_row(in->k, kt, g->hkv, hk, g->d);
+    const float *v = attn_row(in->v, kt, g->hkv, hk, g->d), *dout = attn_row(in->dout, t, g->hq, h, g->d);
+    size_t r = t * g->hq + h;
+    double s = g->scale * dot_f64(q, k, g->d), p = isinf(in->lse_ref[r]) ? 0 : exp(s - in->lse_ref[r]);
+    pd[0] = p, pd[1] = p * (dot_f64(dout, v, g->d) - in->dsum_ref[r]);
+    float s32 = dt_round(dt, dot_f32_seq(q, k, g->d) * (float)g->scale);
+    float p32 = isinf(in->lse_lp[r]) ? 0 : dt_round(dt, expf(s32 - in->lse_lp[r]));
+    float dp32 = dt_round(dt, dot_f32_seq(dout, v, g->d));
+    pl[0] = p32, pl[1] = dt_round(dt, p32 * (dp32 - in->dsum_lp[r]));
+}
+
+/* dQ of query token t, head h: scale · sum_j ds_j K_j (ref in double; lp in
+ * fp32 in key order, rounded to dt).  The stats must be ready. */
+static void attn_ref_dq(const struct attn_geom *g, const struct attn_in *in, enum dtype dt, size_t t,
+                        size_t h, double *dq, float *dq_lp)
+{
+    size_t b = attn_seq_of(g->cu_q, g->b, t), nk = attn_visible(g, b, t - g->cu_q[b]);
+    size_t hk = h / (g->hq / g->hkv), k0 = g->cu_k[b], d = g->d;
+    float acc[KG_ATTN_DMAX] = { 0 };
+    for (size_t c = 0; c < d; c++) dq[c] = 0;
+    for (size_t j = 0; j < nk; j++) {
+        double pd[2];
+        float pl[2];
+        attn_ref_pds(g, in, dt, t, h, k0 + j, hk, pd, pl);
+        const float *k = attn_row(in->k, k0 + j, g->hkv, hk, d);
+        for (size_t c = 0; c < d; c++) dq[c] += pd[1] * k[c], acc[c] += pl[1] * k[c];
+    }
+    for (size_t c = 0; c < d; c++)
+        dq[c] *= g->scale, dq_lp[c] = dt_round(dt, acc[c] * (float)g->scale);
+}
+
+/* dK and dV of key token kt, KV head hk: sums over every query head of the
+ * group and every query that sees the key (ref in double; lp in fp32, heads
+ * then queries in order, rounded to dt).  The stats must be ready. */
+static void attn_ref_dkdv(const struct attn_geom *g, const struct attn_in *in, enum dtype dt, size_t kt,
+                          size_t hk, double *dk, double *dv, float *dk_lp, float *dv_lp)
+{
+    size_t b = attn_seq_of(g->cu_k, g->b, kt), j = kt - g->cu_k[b], d = g->d, grp = g->hq / g->hkv;
+    float ak[KG_ATTN_DMAX] = { 0 }, av[KG_ATTN_DMAX] = { 0 };
+    for (size_t c = 0; c < d; c++) dk[c] = dv[c] = 0;
+    for (size_t h = hk * grp; h < (hk + 1) * grp; h++)
+        for (size_t t = g->cu_q[b]; t < g->cu_q[b + 1]; t++) {
+            if (attn_visible(g, b, t - g->cu_q[b]) <= j) continue;
+            double pd[2];
+            float pl[2];
+            attn_ref_pds(g, in, dt, t, h, kt, hk, pd, pl);
+            const float *q = attn_row(in->q, t, g->hq, h, d), *dout = attn_row(in->dout, t, g->hq, h, d);
+            for (size_t c = 0; c < d; c++) {
+                dv[c] += pd[0] * dout[c], dk[c] += pd[1] * q[c];
+                av[c] += pl[0] * dout[c], ak[c] += pl[1] * q[c];
+            }
+        }
+    for (size_t c = 0; c < d; c++) {
+        dk[c] *= g->scale;
+        dk_lp[c] = dt_round(dt, ak[c] * (float)g->scale), dv_lp[c] = dt_round(dt, av[c]);
+    }
+}
+
+/* --- the CPU candidate: computed the way a flash-attention kernel does --- */
+
+#define CPU_ATTN_BN 64    /* keys per block of the online softmax */
+
+struct cpu_attn_job {
+    const struct attn_geom *g;
+    enum dtype dt;
+    const float *q, *k, *v, *o, *dout, *lse;   /* inputs (o, lse: the forward's outputs) */
+    float *dsum;                               /* [Tq][hq] */
+    void *o_out, *dq_out, *dk_out, *dv_out;    /* raw dt storage */
+    float *lse_out;
+};
+
+/* Forward of one (token, head) unit: an online softmax over blocks of
+ * CPU_ATTN_BN keys in fp32, the accumulator rescaled per block, P in fp32. */
+static void cpu_attn_fwd_item(void *ctx, size_t u)
+{
+    const struct cpu_attn_job *j = ctx;
+    const struct attn_geom *g = j->g;
+    size_t t = u / g->hq, h = u % g->hq, d = g->d, hk = h / (g->hq / g->hkv);
+    size_t b = attn_seq_of(g->cu_q, g->b, t), nk = attn_visible(g, b, t - g->cu_q[b]), k0 = g->cu_k[b];
+    const float *q = attn_row(j->q, t, g->hq, h, d);
+    float acc[KG_ATTN_DMAX] = { 0 }, s[CPU_ATTN_BN], m = -INFINITY, l = 0;
+    for (size_t j0 = 0; j0 < nk; j0 += CPU_ATTN_BN) {
+        size_t n = nk - j0 < CPU_ATTN_BN ? nk - j0 : CPU_ATTN_BN;
+        float mb = m;
+        for (size_t x = 0; x < n; x++) {
+            s[x] = dot_f32_par(q, attn_row(j->k, k0 + j0 + x, g->hkv, hk, d), d) * (float)g->scale;
+            mb = s[x] > mb ? s[x] : mb;
+        }
+        float alpha = expf(m - mb);   /* m = -inf on the first block: alpha = 0 */
+        l *= alpha;
+        for (size_t c = 0; c < d; c++) acc[c] *= alpha;
+        for (size_t x = 0; x < n; x++) {
+            float p = expf(s[x] - mb);
+            const float *v = attn_row(j->v, k0 + j0 + x, g->hkv, hk, d);
+            l += p;
+            for (size_t c = 0; c < d; c++) acc[c] += p * v[c];
+        }
+        m = mb;
+    }
+    for (size_t c = 0; c < d; c++) dt_store(j->dt, j->o_out, u * d + c, nk ? acc[c] / l : 0.0f);
+    j->lse_out[u] = nk ? m + logf(l) : -INFINITY;
+}
+
+/* D = sum_d O·dO of one (token, head) unit, fp32, from the forward's O. */
+static void cpu_attn_dsum_item(void *ctx, size_t u)
+{
+    const struct cpu_attn_job *j = ctx;
+    j->dsum[u] = dot_f32_par(j->o + u * j->g->d, j->dout + u * j->g->d, j->g->d);
+}
+
+/* p and ds of one score, from the forward's LSE and the row's D (fp32). */
+static void cpu_attn_pds(const struct cpu_attn_job *j, size_t t, size_t h, size_t kt, size_t hk, float *p,
+                         float *ds)
+{
+    const struct attn_geom *g = j->g;
+    size_t r = t * g->hq + h;
+    float s = dot_f32_par(attn_row(j->q, t, g->hq, h, g->d), attn_row(j->k, kt, g->hkv, hk, g->d), g->d);
+    float dp = dot_f32_par(attn_row(j->dout, t, g->hq, h, g->d), attn_row(j->v, kt, g->hkv, hk, g->d), g->d);
+    *p = isinf(j->lse[r]) ? 0.0f : expf(s * (float)g->scale - j->lse[r]);
+    *ds = *p * (dp - j->dsum[r]);
+}
+
+/* dQ of one (token, head) unit. */
+static void cpu_attn_dq_item(void *ctx, size_t u)
+{
+    const struct cpu_attn_job *j = ctx;
+    const struct attn_geom *g = j->g;
+    size_t t = u / g->hq, h = u % g->hq, d = g->d, hk = h / (g->hq / g->hkv);
+    size_t b = attn_seq_of(g->cu_q, g->b, t), nk = attn_visible(g, b, t - g->cu_q[b]), k0 = g->cu_k[b];
+    float acc[KG_ATTN_DMAX] = { 0 };
+    for (size_t x = 0; x < nk; x++) {
+        float p, ds;
+        cpu_attn_pds(j, t, h, k0 + x, hk, &p, &ds);
+        const float *k = attn_row(j->k, k0 + x, g->hkv, hk, d);
+        for (size_t c = 0; c < d; c++) acc[c] += ds * k[c];
+    }
+    for (size_t c = 0; c < d; c++) dt_store(j->dt, j->dq_out, u * d + c, acc[c] * (float)g->scale);
+}
+
+/* dK and dV of one (key token, KV head) unit. */
+static void cpu_attn_dkdv_item(void *ctx, size_t u)
+{
+    const struct cpu_attn_job *j = ctx;
+    const struct attn_geom *g = j->g;
+    size_t kt = u / g->hkv, hk = u % g->hkv, d = g->d, grp = g->hq / g->hkv;
+    size_t b = attn_seq_of(g->cu_k, g->b, kt), jj = kt - g->cu_k[b];
+    float ak[KG_ATTN_DMAX] = { 0 }, av[KG_ATTN_DMAX] = { 0 };
+    for (size_t h = hk * grp; h < (hk + 1) * grp; h++)
+        for (size_t t = g->cu_q[b]; t < g->cu_q[b + 1]; t++) {
+            if (attn_visible(g, b, t - g->cu_q[b]) <= jj) continue;
+            float p, ds;
+            cpu_attn_pds(j, t, h, kt, hk, &p, &ds);
+            const float *q = attn_row(j->q, t, g->hq, h, d), *dout = attn_row(j->dout, t, g->hq, h, d);
+            for (size_t c = 0; c < d; c++) av[c] += p * dout[c], ak[c] += ds * q[c];
+        }
+    for (size_t c = 0; c < d; c++) {
+        dt_store(j->dt, j->dk_out, u * d + c, ak[c] * (float)g->scale);
+        dt_store(j->dt, j->dv_out, u * d + c, av[c]);
+    }
+}
+
+/* The CPU candidate's forward: O (raw dt storage) and LSE for every query
+ * token and head. */
+static void cpu_attn_fwd(const struct attn_geom *g, enum dtype dt, const float *q, const float *k,
+                         const float *v, size_t tq, void *o, float *lse)
+{
+    struct cpu_attn_job j = { g, dt, q, k, v, NULL, NULL, NULL, NULL, o, NULL, NULL, NULL, lse };
+    par_for(tq * g->hq, cpu_attn_fwd_item, &j);
+}
+
+/* The CPU candidate's backward, from the forward's O (decoded) and LSE:
+ * D = rowsum(O·dO), then dK/dV per key and dQ per query (raw dt storage). */
+static void cpu_attn_bwd(const struct attn_geom *g, enum dtype dt, const float *q, const float *k,
+                         const float *v, const float *o, const float *dout, const float *lse, size_t tq,
+                         size_t tk, void *dq, void *dk, void *dv)
+{
+    float *dsum = xmalloc(tq * g->hq * sizeof(float));
+    struct cpu_attn_job j = { g, dt, q, k, v, o, dout, lse, dsum, NULL, dq, dk, dv, NULL };
+    par_for(tq * g->hq, cpu_attn_dsum_item, &j);
+    par_for(tk * g->hkv, cpu_attn_dkdv_item, &j);
+    par_for(tq * g->hq, cpu_attn_dq_item, &j);
+    free(dsum);
+}

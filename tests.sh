@@ -81,6 +81,38 @@ n=$(grep -c "FAIL worst-tile" "$tmp/out")
 [ "$n" -eq 3 ] && ok "--inject tile, bwd: C, dA and dB each fail worst-tile" || bad "bwd inject: $n of 3 outputs failed"
 expect 1 "--inject tile names the tile" $K gemm --device cpu --shape 1000x1000x1000 --inject tile
 has "$tmp/out" "worst tile \(3,3\), rows 384\.\.511 cols 384\.\.511: SNR 0\.0 dB" "the zeroed tile is named by coordinates"
+expect 1 "--inject outside, gemm" $K gemm --device cpu --shape 300x260x70 --inject outside
+has "$tmp/out" "FAIL in-bounds \(check\)" "--inject outside: 'in-bounds' names the fault"
+expect 1 "--inject race with --repeat 3" $K gemm --device cpu --shape 300x260x70 --repeat 3 --inject race
+has "$tmp/out" "FAIL determinism \(check\): run 2 of 3 differs from run 1 first at element \(150,130\)" \
+    "--inject race: the first differing run and element are named"
+
+echo "== grouped GEMM and attention: every planted fault caught by its gate (full and sampled checks)"
+# inject_op FAULT:GATE DESCRIPTION ARGS... : the fault makes the case fail, naming the gate, with no time
+inject_op() {
+    local kind=${1%%:*} gate=${1#*:} desc=$2
+    shift 2
+    local extra=""
+    [ "$kind" = race ] && extra="--repeat 2"
+    expect 1 "--inject $kind, $desc" $K "$@" --device cpu --inject $kind $extra
+    has "$tmp/out" "FAIL $gate \(check\)" "--inject $kind, $desc: '$gate' names the fault"
+    if grep -E "^(grouped|attn) " "$tmp/out" | grep -E " FAIL " | grep -qvE " - +- +- +- +- +-$"; then
+        bad "--inject $kind, $desc: a failed row printed a time"
+    fi
+}
+faults="tile:worst-tile tail:allclose nan:nan-inf bias:bias drop:allclose row:allclose unwritten:written
+        outside:in-bounds group:group race:determinism"
+for f in $faults; do
+    inject_op $f "grouped bf16 bwd (full)" grouped --groups 0,77,1,300,0,130 --shape 96x70 --bwd
+    inject_op $f "grouped f16 NN (sampled)" grouped --dtype f16 --layout NN --groups 0,1000,1,700 --shape 1300x1200
+    inject_op $f "attn bf16 causal GQA bwd (full)" attn --seq 113:203 --heads 4:2 --dim 64 --causal --bwd
+    inject_op $f "attn f16 varlen (sampled)" attn --dtype f16 --seqlens 3000,700:900 --heads 8:2 --dim 64 --causal
+done
+inject_op mask:allclose "attn bf16 causal bwd" attn --seq 113:203 --heads 4:2 --dim 64 --causal --bwd
+inject_op mask:allclose "attn f16 varlen causal" attn --dtype f16 --seqlens 0,37,130:70,5:0 --heads 4:2 --dim 80 --causal
+expect 1 "--inject group names the group" $K grouped --device cpu --groups 0,77,1,300,0,130 --shape 96x70 --inject group
+has "$tmp/out" "FAIL group \(check\): worst group 3 of 6, rows 78\.\.377" "the wrong group is named by index and rows"
+has "$tmp/out" "tile \([0-9]+,[0-9]+\)" "and its worst tile"
 
 echo "== clean runs pass every gate: every dtype and layout, tails, size-1 dims, backward"
 for dt in f32 f16 bf16; do
@@ -98,6 +130,37 @@ expect 0 "clean --full bf16 1500x1300x1200" $K gemm --device cpu --shape 1500x13
 has "$tmp/err" "references on 1950000 of 1950000 elements \(all\)" "--full checks every element"
 has "$tmp/out" "^gemm bf16 NT 1500x1300x1200 +C +pass .* [0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9]+ +[0-9.]+ +-$" \
     "a passed case prints its time"
+for dt in f32 f16 bf16; do
+    for lay in NN NT; do
+        expect 0 "clean grouped $dt $lay bwd, empty and 1-row groups" $K grouped --device cpu --dtype $dt \
+            --layout $lay --groups 0,65,1,130,0,64 --shape 70x33 --bwd
+    done
+done
+expect 0 "clean grouped G=1" $K grouped --device cpu --groups 5 --shape 7x9 --bwd
+expect 0 "clean grouped, every group empty but one" $K grouped --device cpu --groups 0,0,3,0 --shape 8x8 --bwd
+expect 1 "--inject bias on empty groups' dB" $K grouped --device cpu --groups 0,0,3,0 --shape 8x8 --bwd --inject bias
+has "$tmp/out" "FAIL group \(check\): worst group 0 of 4, rows 0\.\.7: its reference is exactly zero, and so must the output be" \
+    "an empty group's dB must be exactly zero"
+for dt in f16 bf16; do
+    for a in "--seq 1:1 --heads 2:1 --dim 64" "--seq 239:1 --heads 4:2 --dim 128 --causal" \
+             "--seq 1:239 --heads 4:4 --dim 80" "--seq 113:203 --heads 8:2 --dim 111 --causal" \
+             "--seqlens 0,7,300,1,5:0,0:5,37:100 --heads 4:1 --dim 96 --causal" \
+             "--batch 3 --seq 65:64 --heads 2:2 --dim 17 --causal"; do
+        expect 0 "clean attn $dt $a --bwd" $K attn --device cpu --dtype $dt $a --bwd
+    done
+done
+expect 0 "clean sampled attn" $K attn --device cpu --dtype bf16 --seqlens 3000,700:900 --heads 8:2 --dim 64 --causal
+has "$tmp/err" "O: references on .* \(tile-covering sample\)" "a large attention output is checked on a sample"
+expect 0 "attn --repeat 3" $K attn --device cpu --seq 113:203 --heads 4:2 --dim 64 --causal --bwd --repeat 3
+has "$tmp/out" "repeat: +3 runs per case" "the repeat count is printed"
+n=$(grep -cE "^attn .* pass( .*)? 3 " "$tmp/out")
+[ "$n" -eq 5 ] && ok "every attention output shows 3 bitwise-equal runs" || bad "--repeat 3: $n of 5 rows show 3 runs"
+KGATE_TEST_ATOMICS=1 run $K attn --device cpu --seq 113:203 --heads 4:2 --dim 64 --bwd --repeat 3 --json
+if [ $rc -eq 0 ] && python3 -c 'import json,sys
+o=json.loads(open(sys.argv[1]).read())
+assert all(x["repeat"]["atomics"] and x["repeat"]["runs"]==3 for x in o["outputs"])' "$tmp/out" 2>"$tmp/py"; then
+    ok "kernels that declare atomics: each repeated run is gated instead of compared"
+else bad "atomics: exit $rc $(cat "$tmp/py")"; fi
 expect 0 "--json" $K gemm --device cpu --shape 100x100x100 --bwd --json
 if python3 -c 'import json,sys
 o=json.loads(open(sys.argv[1]).read())
@@ -105,6 +168,15 @@ assert o["verdict"]=="pass" and len(o["outputs"])==3
 assert all(g["pass"] for x in o["outputs"] for g in x["gates"].values())
 assert all(x["time"]["n"]>=1 for x in o["outputs"])' "$tmp/out" 2>"$tmp/py"; then ok "--json: one object, 3 gated and timed outputs"
 else bad "--json: $(cat "$tmp/py")"; fi
+expect 0 "--json attn bwd" $K attn --device cpu --seq 60:70 --heads 2 --dim 64 --causal --bwd --json
+if python3 -c 'import json,sys
+o=json.loads(open(sys.argv[1]).read())
+x={y["name"]:y for y in o["outputs"]}
+assert list(x)==["O","LSE","dQ","dK","dV"] and x["LSE"]["dtype"]=="f32"
+assert x["O"]["time"]["n"]>=1 and x["LSE"]["timed_with"]=="O" and x["dK"]["timed_with"]=="dQ"
+assert x["O"]["worst_segment_kind"]=="sequence"' "$tmp/out" 2>"$tmp/py"; then
+    ok "--json attn: O and LSE timed as one launch, dQ/dK/dV as another"
+else bad "--json attn: $(cat "$tmp/py")"; fi
 expect 1 "--json of a failing case" $K gemm --device cpu --shape 100x100x100 --inject nan --json
 if python3 -c 'import json,sys
 o=json.loads(open(sys.argv[1]).read())
@@ -154,14 +226,38 @@ bad_usage "shapes line that does not parse" $K all --device cpu --shapes "$tmp/b
 has "$tmp/err" "bad.txt:3: --shape 8x8" "the bad line is named by file and line"
 printf 'gemm --shape 8x8x8 --device cpu\n' >"$tmp/bad.txt"
 bad_usage "run option on a shapes line" $K all --device cpu --shapes "$tmp/bad.txt"
-printf 'attn --shape 8x8x8\n' >"$tmp/bad.txt"
+printf 'conv --shape 8x8x8\n' >"$tmp/bad.txt"
 bad_usage "unknown op in shapes"    $K all --device cpu --shapes "$tmp/bad.txt"
+bad_usage "grouped without --groups" $K grouped --device cpu --shape 8x8
+bad_usage "grouped without --shape" $K grouped --device cpu --groups 1,2
+bad_usage "grouped bad list"        $K grouped --device cpu --groups 1,,2 --shape 8x8
+bad_usage "grouped negative size"   $K grouped --device cpu --groups 1,-2 --shape 8x8
+bad_usage "grouped TN layout"       $K grouped --device cpu --groups 1,2 --shape 8x8 --layout TN
+bad_usage "grouped too many rows"   $K grouped --device cpu --groups 1048576,1 --shape 8x8
+bad_usage "grouped 3-dim shape"     $K grouped --device cpu --groups 1,2 --shape 8x8x8
+bad_usage "attn without --heads"    $K attn --device cpu --seq 8 --dim 64
+bad_usage "attn without --dim"      $K attn --device cpu --seq 8 --heads 2
+bad_usage "attn without --seq"      $K attn --device cpu --heads 2 --dim 64
+bad_usage "attn --seq and --seqlens" $K attn --device cpu --seq 8 --seqlens 8 --heads 2 --dim 64
+bad_usage "attn heads not a multiple" $K attn --device cpu --seq 8 --heads 6:4 --dim 64
+bad_usage "attn dim over 256"       $K attn --device cpu --seq 8 --heads 2 --dim 257
+bad_usage "attn f32"                $K attn --device cpu --seq 8 --heads 2 --dim 64 --dtype f32
+bad_usage "attn zero seq"           $K attn --device cpu --seq 0 --heads 2 --dim 64
+bad_usage "attn bad seqlens pair"   $K attn --device cpu --seqlens 3:4:5 --heads 2 --dim 64
+bad_usage "attn zero scale"         $K attn --device cpu --seq 8 --heads 2 --dim 64 --scale 0
+bad_usage "attn huge"               $K attn --device cpu --seq 1048576 --heads 64 --dim 128
+bad_usage "--inject mask on gemm"   $K gemm --device cpu --shape 8x8x8 --inject mask
+bad_usage "--inject mask, not causal" $K attn --device cpu --seq 8 --heads 2 --dim 64 --inject mask
+bad_usage "--inject group on gemm"  $K gemm --device cpu --shape 8x8x8 --inject group
+bad_usage "--inject race, no repeat" $K gemm --device cpu --shape 8x8x8 --inject race
+bad_usage "--repeat 0"              $K gemm --device cpu --shape 8x8x8 --repeat 0
 printf '# nothing\n' >"$tmp/bad.txt"
 bad_usage "empty shapes file"       $K all --device cpu --shapes "$tmp/bad.txt"
 expect 0 "--help" $K --help
 has "$tmp/out" "exit: 0 every gate passed" "--help states the exit codes"
-for w in all gemm devices selftest isa --device --kernels --seed --full --rtol --atol --why --inject --json \
-         --dtype --layout --shape --bwd; do
+for w in all gemm grouped attn devices selftest isa --device --kernels --seed --full --rtol --atol --why \
+         --inject --json --repeat --dtype --layout --shape --bwd --groups --seq --seqlens --heads --dim \
+         --causal --scale --batch tile tail nan bias drop row unwritten outside group mask race; do
     grep -q -- "$w" "$tmp/out" || bad "--help does not mention $w"
 done
 gpu=0
@@ -214,7 +310,8 @@ if command -v clang-19 >/dev/null && command -v llvm-objdump-19 >/dev/null; then
         -O3 -Wall -Werror kernels.hip -o "$tmp/k.co" >"$tmp/err" 2>&1; then
         ok "clang-19 compiles kernels.hip for gfx942 without warnings"
         llvm-objdump-19 -d "$tmp/k.co" >"$tmp/dis"
-        for k in kg_gemm_f32 kg_gemm_f16 kg_gemm_bf16; do
+        for k in kg_gemm_f32 kg_gemm_f16 kg_gemm_bf16 kg_grouped_bf16 kg_grouped_wgrad_f16 kg_attn_fwd_bf16 \
+                 kg_attn_fwd_f16 kg_attn_bwd_pre_bf16 kg_attn_bwd_dkdv_bf16 kg_attn_bwd_dq_f16; do
             has "$tmp/dis" "<$k>:" "gfx942 code object has $k"
         done
         n=$(grep -cE "v_(pk_)?fma" "$tmp/dis")
@@ -243,6 +340,10 @@ if make -s kgate-asan >"$tmp/build" 2>&1; then
     asan 0 "sampled bf16 1300x1500x1100" gemm --device cpu --shape 1300x1500x1100
     asan 1 "--inject unwritten, sampled" gemm --device cpu --shape 1300x1500x1100 --inject unwritten
     asan 0 "--json, size-1 dims" gemm --device cpu --shape 1x1x3000 --bwd --json
+    asan 0 "grouped bwd with empty groups" grouped --device cpu --groups 0,65,1,130,0 --shape 70x33 --bwd --repeat 2
+    asan 0 "attn varlen causal bwd" attn --device cpu --seqlens 0,37,130:70,5:0 --heads 4:2 --dim 80 --causal --bwd
+    asan 1 "--inject mask" attn --device cpu --seq 60:70 --heads 2 --dim 64 --causal --bwd --inject mask
+    asan 1 "--inject group, sampled" grouped --device cpu --groups 0,1000,1,700 --shape 1300x1200 --inject group
     asan 2 "bad shapes line" all --device cpu --shapes "$tmp/bad.txt"
     asan 2 "absurd shape" gemm --device cpu --shape 99999999x1x1
 else
