@@ -10,7 +10,9 @@
  * both float (every fp16/bf16/fp32 input value is exactly a float).  The GPU
  * side sees the user's layouts through strides; the CPU side sees canonical
  * copies, so one set of loops serves every layout and every GEMM output
- * (C = A·B, dA = dC·Bᵀ, dB = Aᵀ·dC).
+ * (C = A·B, dA = dC·Bᵀ, dB = Aᵀ·dC); a grouped GEMM is one product per group.
+ * Attention has its own section: references one (token, head) row at a time,
+ * and a flash-style CPU candidate.  It needs KG_ATTN_DMAX from kgate.c.
  */
 
 /* ===== Number formats ===== */

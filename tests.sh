@@ -241,6 +241,7 @@ bad_usage "attn without --seq"      $K attn --device cpu --heads 2 --dim 64
 bad_usage "attn --seq and --seqlens" $K attn --device cpu --seq 8 --seqlens 8 --heads 2 --dim 64
 bad_usage "attn heads not a multiple" $K attn --device cpu --seq 8 --heads 6:4 --dim 64
 bad_usage "attn dim over 256"       $K attn --device cpu --seq 8 --heads 2 --dim 257
+bad_usage "attn over 1024 heads"    $K attn --device cpu --seq 1 --heads 2048:1 --dim 1
 bad_usage "attn f32"                $K attn --device cpu --seq 8 --heads 2 --dim 64 --dtype f32
 bad_usage "attn zero seq"           $K attn --device cpu --seq 0 --heads 2 --dim 64
 bad_usage "attn bad seqlens pair"   $K attn --device cpu --seqlens 3:4:5 --heads 2 --dim 64
