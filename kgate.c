@@ -2925,14 +2925,14 @@ static void json_case(const struct run *r, const struct result *res, int pass)
 
 /* ===== Running a case ===== */
 
-/* The tolerances a case is held to: the options', else the output dtype's. */
 /* An attention gradient's default rtol and atol: at least GRAD_TOL_ULPS
- * unit roundoffs of its dtype (bf16 0.039, f16 the default 0.01).  A
+ * unit roundoffs of its dtype (bf16 0.0625, f16 the default 0.01).  A
  * flash-attention backward reads O in the kernel's dtype; that rounding
  * enters every row's D = sum O·dO and the cancellation in ds = P·(dP - D)
- * amplifies it, beyond what an element tolerance of one GEMM allows.  The
+ * amplifies it, growing with the sequence: on the H200 the portable kernels'
+ * bf16 dK reached 0.74 of a 10-roundoff limit at 2048 tokens.  The
  * same-precision gate stays the tight one. */
-#define GRAD_TOL_ULPS 10.0
+#define GRAD_TOL_ULPS 16.0
 
 static double grad_tol(enum dtype t, double dflt)
 {
