@@ -1456,13 +1456,21 @@ static uint64_t upload_ints(struct run *r, const uint32_t *v, size_t n)
     return p;
 }
 
+/* Each of n consecutive rows x cols matrices transposed in place of its
+ * block: out[b][c][r] = in[b][r][c]. */
+static float *transpose_blocks(struct run *r, const float *in, size_t n, size_t rows, size_t cols)
+{
+    float *t = run_host(r, n * rows * cols);
+    for (size_t b = 0, off = 0; b < n; b++, off += rows * cols)
+        for (size_t i = 0; i < rows; i++)
+            for (size_t j = 0; j < cols; j++) t[off + j * rows + i] = in[off + i * cols + j];
+    return t;
+}
+
 /* out[c][r] = in[r][c] for an rows x cols matrix. */
 static float *transpose(struct run *r, const float *in, size_t rows, size_t cols)
 {
-    float *t = run_host(r, rows * cols);
-    for (size_t i = 0; i < rows; i++)
-        for (size_t j = 0; j < cols; j++) t[j * rows + i] = in[i * cols + j];
-    return t;
+    return transpose_blocks(r, in, 1, rows, cols);
 }
 
 /* Per group g, the rows [offs[g], offs[g+1]) of in (width columns)
@@ -1591,20 +1599,7 @@ static void grouped_prepare(struct run *r)
     float *a = make_input(r, 1, M * K, t), *b_st = make_input(r, 2, G * K * N, t);
     uint64_t da = upload_as(r, a, M * K, t), db = upload_as(r, b_st, G * K * N, t);
     int64_t b_sk = bt ? 1 : (int64_t)N, b_sn = bt ? (int64_t)K : 1, b_sg = (int64_t)(K * N);
-    const float *b = b_st, *b_t = b_st;         /* canonical [G][K][N] and [G][N][K] */
-    if (bt) {
-        float *tb = run_host(r, G * K * N);
-        for (size_t g = 0; g < G; g++)
-            for (size_t n = 0; n < N; n++)
-                for (size_t k = 0; k < K; k++) tb[g * K * N + k * N + n] = b_st[g * K * N + n * K + k];
-        b = tb;
-    } else {
-        float *tb = run_host(r, G * K * N);
-        for (size_t g = 0; g < G; g++)
-            for (size_t k = 0; k < K; k++)
-                for (size_t n = 0; n < N; n++) tb[g * K * N + n * K + k] = b_st[g * K * N + k * N + n];
-        b_t = tb;
-    }
+    const float *b = bt ? transpose_blocks(r, b_st, G, N, K) : b_st;      /* canonical [G][K][N] */
     struct output *o = product_output(r, "C", M, N, (int64_t)N, 1, G,
         (struct prod_launch){ .dx = da, .dy = db, .sxm = (int64_t)K, .sxk = 1, .syk = b_sk, .syn = b_sn,
                               .syg = b_sg, .m = M, .n = N, .k = K });
@@ -1613,6 +1608,7 @@ static void grouped_prepare(struct run *r)
     if (!c->bwd) return;
     float *dc = make_input(r, 3, M * N, t);
     uint64_t ddc = upload_as(r, dc, M * N, t);
+    const float *b_t = bt ? b_st : transpose_blocks(r, b_st, G, K, N);   /* canonical [G][N][K] */
     o = product_output(r, "dA", M, K, (int64_t)K, 1, G,
         (struct prod_launch){ .dx = ddc, .dy = db, .sxm = (int64_t)N, .sxk = 1, .syk = b_sn, .syn = b_sk,
                               .syg = b_sg, .m = M, .n = K, .k = N });
@@ -1775,17 +1771,25 @@ static void product_launch(struct run *r, int o)
     }
 }
 
-/* The CPU candidate's attention with the mask shifted by `shift` (0, or 1
- * for the planted `mask` fault): the forward into o (raw) and lse, and with
- * dq non-NULL the backward from that forward's outputs. */
-static void attn_cpu(struct run *r, int shift, void *o, float *lse, void *dq, void *dk, void *dv)
+/* The CPU candidate's attention forward with the mask shifted by `shift`
+ * (0, or 1 for the planted `mask` fault): O into o (raw dt) and lse. */
+static void attn_cpu_fwd(struct run *r, int shift, void *o, float *lse)
+{
+    struct attn_case *a = r->attn;
+    struct attn_geom g = a->g;
+    g.shift = shift;
+    cpu_attn_fwd(&g, r->c->dt, a->in.q, a->in.k, a->in.v, a->tq, o, lse);
+}
+
+/* The CPU candidate's attention backward, mask shifted likewise, from a
+ * forward's O (raw dt) and LSE: dQ, dK, dV into raw dt storage. */
+static void attn_cpu_bwd(struct run *r, int shift, const void *o, const float *lse, void *dq, void *dk,
+                         void *dv)
 {
     struct attn_case *a = r->attn;
     struct attn_geom g = a->g;
     enum dtype t = r->c->dt;
     g.shift = shift;
-    cpu_attn_fwd(&g, t, a->in.q, a->in.k, a->in.v, a->tq, o, lse);
-    if (!dq) return;
     float *of = decode_strided(t, o, a->tq, g.hq * g.d, (int64_t)(g.hq * g.d), 1);
     cpu_attn_bwd(&g, t, a->in.q, a->in.k, a->in.v, of, a->in.dout, lse, a->tq, a->tk, dq, dk, dv);
     free(of);
@@ -1807,15 +1811,11 @@ static void attn_launch(struct run *r, int o)
     enum dtype t = r->c->dt;
     struct output *O = &r->out[a->o], *L = &r->out[a->lse];
     if (r->d->kind == DEV_CPU) {
-        if (o == a->o) {
-            attn_cpu(r, 0, (void *)(uintptr_t)O->buf, (float *)(uintptr_t)L->buf, NULL, NULL, NULL);
-            return;
-        }
-        float *of = decode_strided(t, (void *)(uintptr_t)O->buf, a->tq, O->cols, (int64_t)O->cols, 1);
-        cpu_attn_bwd(&a->g, t, a->in.q, a->in.k, a->in.v, of, a->in.dout, (float *)(uintptr_t)L->buf,
-                     a->tq, a->tk, (void *)(uintptr_t)r->out[a->dq_out].buf,
-                     (void *)(uintptr_t)r->out[a->dk_out].buf, (void *)(uintptr_t)r->out[a->dv_out].buf);
-        free(of);
+        void *ob = (void *)(uintptr_t)O->buf;
+        float *lb = (float *)(uintptr_t)L->buf;
+        if (o == a->o) attn_cpu_fwd(r, 0, ob, lb);
+        else attn_cpu_bwd(r, 0, ob, lb, (void *)(uintptr_t)r->out[a->dq_out].buf,
+                          (void *)(uintptr_t)r->out[a->dk_out].buf, (void *)(uintptr_t)r->out[a->dv_out].buf);
         return;
     }
     int B = (int)a->g.b, hq = (int)a->g.hq, hkv = (int)a->g.hkv, d = (int)a->g.d, causal = a->g.causal;
@@ -2188,7 +2188,8 @@ static void inj_mask(struct inject_ctx *x)
     void *o = xmalloc(qe * es), *dq = xmalloc(qe * es), *dk = xmalloc(ke * es), *dv = xmalloc(ke * es);
     float *lse = xmalloc((a->tq * a->g.hq + 1) * sizeof(float));
     int bwd = x->oi == a->dq_out || x->oi == a->dk_out || x->oi == a->dv_out;
-    attn_cpu(r, 1, o, lse, bwd ? dq : NULL, dk, dv);
+    attn_cpu_fwd(r, 1, o, lse);
+    if (bwd) attn_cpu_bwd(r, 1, o, lse, dq, dk, dv);
     const void *src = x->oi == a->o ? o : x->oi == a->lse ? (void *)lse : x->oi == a->dq_out ? dq
                     : x->oi == a->dk_out ? dk : dv;
     const struct output *p = x->o;
