@@ -18,6 +18,9 @@
 //   kg_attn_bwd_pre_{f16,bf16}         attention backward: Dsum = rowsum(O * dO)
 //   kg_attn_bwd_dkdv_{f16,bf16}        attention backward: dK, dV (one block per key tile)
 //   kg_attn_bwd_dq_{f16,bf16}          attention backward: dQ (one block per query tile)
+//   kg_quantize                        fp32 -> fp8 / FP4 codes, amax or MX (E8M0) block scales
+//   kg_qgemm_{f32,bf16}                GEMM of fp8 / FP4 codes with block scales, C = A B^T
+//   kg_qgrouped_{f32,bf16}             the same, grouped (MoE), ragged rows
 
 // ===== Prelude: the few names that differ between compilers =====
 
@@ -792,3 +795,330 @@ __device__ static inline void kg_attn_bwd_dq(const kg_u16 *Q, const kg_u16 *K, c
 
 KG_ATTN_ENTRIES(f16, kg_f16)
 KG_ATTN_ENTRIES(bf16, kg_bf16)
+
+// ===== Low precision: fp8 and MX, portable path =====
+//
+// Element formats, `fmt` at run time (codes are bytes; FP4 codes are nibbles):
+//   0 E4M3 OCP "fn"  bias 7,  max 448 (0x7e), min subnormal 2^-9,  NaN 0x7f/0xff, no inf
+//   1 E5M2 OCP       bias 15, max 57344 (0x7b), min subnormal 2^-16, inf 0x7c/0xfc,
+//                    NaN 0x7d..0x7f/0xfd..0xff
+//   2 E4M3 FNUZ      bias 8,  max 240 (0x7f), min subnormal 2^-10, NaN 0x80 only, no -0/inf
+//   3 E5M2 FNUZ      bias 16, max 57344 (0x7f), min subnormal 2^-17, NaN 0x80 only, no -0/inf
+//   4 E2M1 (FP4)     bias 1,  max 6 (0x7), sign bit 3, no inf/NaN; stored two per byte,
+//                    element 2j in the low nibble, 2j+1 in the high nibble
+// E8M0 (the MX scale byte): 2^(c-127), c = 0xff is NaN.
+
+#define QZ_THREADS 256   // kg_quantize's block
+#define QG_BK 32         // K step of the quantized GEMM tile
+
+// Fraction bits, exponent bias, largest finite magnitude code and sign bit of a format.
+__device__ static inline int kg_q_mbits(int fmt)
+{
+    return fmt == 0 || fmt == 2 ? 3 : fmt == 4 ? 1 : 2;
+}
+__device__ static inline int kg_q_bias(int fmt)
+{
+    return fmt == 0 ? 7 : fmt == 1 ? 15 : fmt == 2 ? 8 : fmt == 3 ? 16 : 1;
+}
+__device__ static inline unsigned kg_q_maxcode(int fmt)
+{
+    return fmt == 0 ? 0x7eu : fmt == 1 ? 0x7bu : fmt == 4 ? 0x7u : 0x7fu;
+}
+__device__ static inline unsigned kg_q_signbit(int fmt) { return fmt == 4 ? 0x8u : 0x80u; }
+
+// 2^k exactly, for -149 <= k <= 127 (subnormal below -126).
+__device__ static inline float kg_pow2(int k)
+{
+    return kg_f32_from_bits(k >= -126 ? (unsigned)(k + 127) << 23 : 1u << (k + 149));
+}
+
+// a / b, IEEE round to nearest (CUDA: explicit; HIP divides correctly rounded by default).
+__device__ static inline float kg_div_rn(float a, float b)
+{
+#if defined(KG_CUDA)
+    return __fdiv_rn(a, b);
+#else
+    return a / b;
+#endif
+}
+
+// The exact value of `code` (the low 8 bits; FP4: the low 4): NaN codes give
+// the quiet NaN 0x7fc00000, E5M2 0x7c/0xfc give +-inf.
+__device__ static inline float kg_q_decode(int fmt, unsigned code)
+{
+    const int mb = kg_q_mbits(fmt), bias = kg_q_bias(fmt);
+    const unsigned sbit = kg_q_signbit(fmt), mag = code & (sbit - 1);
+    const bool fnuz = fmt == 2 || fmt == 3;
+    if (fnuz ? (code & 0xffu) == 0x80u : fmt == 0 ? mag == 0x7fu : fmt == 1 && mag > 0x7cu)
+        return kg_f32_from_bits(0x7fc00000u);
+    const unsigned eb = mag >> mb, mm = mag & ((1u << mb) - 1);
+    float v = eb == 0 ? (float)mm * kg_pow2(1 - bias - mb)
+                      : (float)(mm | (1u << mb)) * kg_pow2((int)eb - bias - mb);
+    if (fmt == 1 && mag == 0x7cu) v = kg_f32_from_bits(0x7f800000u);
+    return (code & sbit) ? -v : v;
+}
+
+// The value of an E8M0 scale byte: 2^(c-127) (c = 0: the subnormal 2^-127), 0xff NaN.
+__device__ static inline float kg_e8m0_decode(unsigned c)
+{
+    c &= 0xffu;
+    return kg_f32_from_bits(c == 0xffu ? 0x7fc00000u : c ? c << 23 : 0x00400000u);
+}
+
+// Scale i of a scale array: float (mx = 0) or E8M0 bytes (mx = 1).
+__device__ static inline float kg_q_scale(const void *S, kg_i64 i, int mx)
+{
+    return mx ? kg_e8m0_decode(((const unsigned char *)S)[i]) : ((const float *)S)[i];
+}
+
+// The code of v, software path: round to nearest even from the exact fp32 v,
+// saturating (finite overflow and OCP/FP4 +-inf give +-max; FNUZ inf gives NaN
+// 0x80).  NaN gives 0x7f (E4M3), 0x7e (E5M2), 0x80 (FNUZ), 0x7 (FP4: no NaN).
+// A value that rounds to zero keeps its sign in OCP formats and FP4 (0x80,
+// 0x8); FNUZ zero is 0x00.  The rounding runs with an unbounded exponent, so
+// the tie between the largest finite and the next power of the grid (464 for
+// E4M3, 248 FNUZ, 61440 E5M2, 7 FP4) is even-rounded first, then clamped.
+__device__ static inline unsigned kg_q_encode_sw(int fmt, float v)
+{
+    const int mb = kg_q_mbits(fmt), emin = 1 - kg_q_bias(fmt);
+    const bool fnuz = fmt == 2 || fmt == 3;
+    const unsigned u = kg_bits_from_f32(v), ax = u & 0x7fffffffu;
+    if (ax > 0x7f800000u) return fnuz ? 0x80u : fmt == 0 ? 0x7fu : fmt == 1 ? 0x7eu : 0x7u;
+    if (ax == 0x7f800000u && fnuz) return 0x80u;
+    // |v| = sig * 2^(E-23); keep mb fraction bits at exponent max(E, emin): drop s bits.
+    const int ef = (int)(ax >> 23), E = (ef ? ef : 1) - 127;
+    const unsigned sig = (ax & 0x7fffffu) | (ef ? 0x800000u : 0u);
+    int s = 23 - mb + (E < emin ? emin - E : 0);
+    if (s > 25) s = 25;   // sig < 2^24 is below half a unit: rounds to 0 all the same
+    unsigned q = sig >> s;
+    const unsigned rem = sig & ((1u << s) - 1), half = 1u << (s - 1);
+    if (rem > half || (rem == half && (q & 1u))) q++;
+    // Codes grow with the magnitude; a carry out of the fraction bumps the exponent.
+    unsigned c = E < emin ? q : ((unsigned)(E - emin) << mb) + q;
+    if (c > kg_q_maxcode(fmt)) c = kg_q_maxcode(fmt);
+    if (fnuz && c == 0) return 0u;
+    return c | (u >> 31 ? kg_q_signbit(fmt) : 0u);
+}
+
+// The code of v, as kg_q_encode_sw.  On sm_89+ E4M3 and E5M2 (OCP) take the
+// hardware conversion cvt.rn.satfinite (same RNE and saturation; NaN stays on
+// the software path so that it gives the codes above).
+__device__ static inline unsigned kg_q_encode(int fmt, float v)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+    if ((fmt == 0 || fmt == 1) && v == v) {
+        unsigned short d;   // d[15:8] = cvt(first source), d[7:0] = cvt(second source)
+        if (fmt == 0) asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(d) : "f"(0.0f), "f"(v));
+        else asm("cvt.rn.satfinite.e5m2x2.f32 %0, %1, %2;" : "=h"(d) : "f"(0.0f), "f"(v));
+        return d & 0xffu;
+    }
+#endif
+    return kg_q_encode_sw(fmt, v);
+}
+
+// Quantize (entry point kg_quantize; QZ_THREADS threads, grid.x = batch*nbr*nbc,
+// grid-strided).  X is batch x rows x cols fp32, contiguous.  Each matrix is cut
+// into scale blocks of gr x gc (the last ones partial); nbr = ceil(rows/gr),
+// nbc = ceil(cols/gc), block (bi, bj) of matrix z has index b = (z*nbr + bi)*nbc + bj.
+// amax = max |x| over the block (order-free), NaN if any element is NaN: then
+// the block's scale is NaN (S NaN, E 0xff) and so is every code.
+//   rule 0 (amax scaling): fmax = 448, 57344, 240, 57344 (6 for FP4) by fmt;
+//     scale = fmax / max(amax, 1e-12) and S[b] = 1 / scale (IEEE divisions);
+//     q = encode(x * scale) (one fp32 multiply).  E is not written.
+//   rule 1 (MX, OCP) / rule 2 (MX, round up): e = floor(log2 amax) - emax_elem
+//     (emax_elem = 8, 15, 7, 15, 2 by fmt: the exponent of fmax), from amax's
+//     fp32 exponent field; rule 2 adds 1 when amax > fmax * 2^e (the significand
+//     of amax above fmax's).  amax zero or subnormal gives e = -127 (it would
+//     clamp there anyway), amax inf e = 127; e is clamped to [-127, 127].
+//     E[b] = e + 127, q = encode(x * 2^-e) (exact but for underflow).  S is not written.
+// Q: fmt 0..3 one byte per element at (z*rows + r)*cols + c; FP4 rows of
+// (cols+1)/2 bytes, element c in byte (z*rows + r)*((cols+1)/2) + c/2, low
+// nibble for even c, a row's unused last nibble 0; one thread writes a whole
+// byte, so FP4 needs gc even (or gc >= cols) for blocks not to share bytes.
+KG_ATOMICS(kg_quantize, 0)
+extern "C" __global__ void KG_LAUNCH_BOUNDS(QZ_THREADS)
+kg_quantize(const float *X, unsigned char *Q, float *S, unsigned char *E, int batch, int rows,
+            int cols, int gr, int gc, int fmt, int rule)
+{
+    __shared__ unsigned red[QZ_THREADS];   // |x| as bits: NaN > inf > every finite value
+    const int tid = (int)kg_tid(), nbr = (rows + gr - 1) / gr, nbc = (cols + gc - 1) / gc;
+    const kg_i64 nb = (kg_i64)batch * nbr * nbc, rb = fmt == 4 ? (cols + 1) / 2 : cols;
+    const float fmax = kg_q_decode(fmt, kg_q_maxcode(fmt));
+    for (kg_i64 b = kg_bid_x(); b < nb; b += kg_grid_x()) {
+        const kg_i64 z = b / ((kg_i64)nbr * nbc);
+        const int r0 = (int)(b / nbc % nbr) * gr, c0 = (int)(b % nbc) * gc;
+        const int h = rows - r0 < gr ? rows - r0 : gr, w = cols - c0 < gc ? cols - c0 : gc;
+        const float *x = X + (z * rows + r0) * cols + c0;
+        unsigned char *q = Q + (z * rows + r0) * rb;
+        unsigned m = 0;
+        for (kg_i64 e = tid; e < (kg_i64)h * w; e += QZ_THREADS) {
+            const unsigned a = kg_bits_from_f32(x[e / w * cols + e % w]) & 0x7fffffffu;
+            m = a > m ? a : m;
+        }
+        red[tid] = m;
+        kg_sync();
+        for (int s = QZ_THREADS / 2; s > 0; s /= 2) {
+            if (tid < s && red[tid + s] > red[tid]) red[tid] = red[tid + s];
+            kg_sync();
+        }
+        const float amax = kg_f32_from_bits(red[0]);
+        float mul;
+        if (rule == 0) {
+            mul = kg_div_rn(fmax, amax > 1e-12f || amax != amax ? amax : 1e-12f);
+            if (tid == 0) S[b] = kg_div_rn(1.0f, mul);
+        } else {
+            const unsigned ua = kg_bits_from_f32(amax), uf = kg_bits_from_f32(fmax);
+            const bool nan = ua > 0x7f800000u;   // the scale byte 0xff, every value NaN
+            int e = -127;   // amax zero or subnormal: e would clamp to -127 anyway
+            if (ua >> 23) {   // amax inf: log2 = +inf, e clamps to 127
+                e = ua >> 23 == 0xffu ? 127 : (int)(ua >> 23) - (int)(uf >> 23);
+                if (rule == 2 && (ua & 0x7fffffu) > (uf & 0x7fffffu)) e++;
+                e = e < -127 ? -127 : e > 127 ? 127 : e;
+            }
+            mul = nan ? amax : kg_pow2(-e);
+            if (tid == 0) E[b] = nan ? 0xffu : (unsigned char)(e + 127);
+        }
+        if (fmt == 4) {   // one thread per byte: elements c, c+1 (c even)
+            const int wb = (w + 1) / 2;
+            for (kg_i64 e = tid; e < (kg_i64)h * wb; e += QZ_THREADS) {
+                const kg_i64 r = e / wb;
+                const int c = 2 * (int)(e % wb);
+                unsigned v = kg_q_encode(4, x[r * cols + c] * mul);
+                if (c + 1 < w) v |= kg_q_encode(4, x[r * cols + c + 1] * mul) << 4;
+                q[r * rb + (c0 + c) / 2] = (unsigned char)v;
+            }
+        } else {
+            for (kg_i64 e = tid; e < (kg_i64)h * w; e += QZ_THREADS) {
+                const kg_i64 r = e / w;
+                const int c = (int)(e % w);
+                q[r * rb + c0 + c] = (unsigned char)kg_q_encode(fmt, x[r * cols + c] * mul);
+            }
+        }
+        kg_sync();   // red is rewritten by the next block
+    }
+}
+
+// Element k of the code row `row`, decoded by the table lut (FP4: the byte
+// holding it, shifted; lut[c] decodes c & 15, so the high bits do not matter).
+__device__ static inline float kg_q_elem(const float *lut, const unsigned char *row, int k, int fp4)
+{
+    return lut[fp4 ? row[k >> 1] >> ((k & 1) * 4) : row[k]];
+}
+
+// Quantized GEMM tile: C[m][n] for rows [m0, m0+GEMM_BM) clipped to M and
+// columns [n0, n0+GEMM_BN) clipped to N, tiles and thread map as
+// kg_gemm_portable.  A is [.][K] codes (row m at A + m*rb), B [N][K] codes,
+// rb = K bytes (FP4: (K+1)/2, packed).  K is cut into nkb = ceil(K/gck) blocks;
+//   P_kb    = sum_{k in block kb, ascending} dec(A[m][k]) * dec(B[n][k])   (P = fma(a, b, P))
+//   acc     = fma(P_kb, sa * sb, acc)  for kb = 0, 1, ... (acc starts at +0)
+//   C[m][n] = D::st(acc)  (bf16: RNE as kg_f32_to_bf16)
+// with sa = SA[(m/gra)*nkb + kb], sb = SB[sb0 + (n/grb)*nkb + kb] (sa * sb an fp32
+// product), SA/SB float (mx = 0) or E8M0 bytes (mx = 1).  Any gck >= 1 works: a K step
+// never crosses a block (QG_BK = 32 divides the MX and blockwise gck).  Codes
+// are decoded through a 256-entry table in shared memory.  K = 0 writes zeros.
+template <class D>
+__device__ static inline void kg_qgemm_tile(const unsigned char *A, const unsigned char *B,
+                                            const void *SA, const void *SB, kg_i64 sb0,
+                                            typename D::S *C, int M, int N, int K, int fmt,
+                                            int mx, int gra, int grb, int gck, int m0, int n0)
+{
+    __shared__ float as[QG_BK][GEMM_BM + 1];
+    __shared__ float bs[QG_BK][GEMM_BN + 1];
+    __shared__ float lut[256];
+    const int tid = (int)kg_tid(), tx = tid % GEMM_TX, ty = tid / GEMM_TX, fp4 = fmt == 4;
+    const kg_i64 rb = fp4 ? (K + 1) / 2 : K;
+    const int nkb = K > 0 ? (K + gck - 1) / gck : 0;
+    for (int e = tid; e < 256; e += GEMM_THREADS) lut[e] = kg_q_decode(fmt, fp4 ? e & 15 : e);
+    float acc[GEMM_TM][GEMM_TN];
+    for (int i = 0; i < GEMM_TM; i++)
+        for (int j = 0; j < GEMM_TN; j++) acc[i][j] = 0.0f;
+
+    for (int kb = 0; kb < nkb; kb++) {
+        const int kend = K - kb * gck < gck ? K : kb * gck + gck;
+        float p[GEMM_TM][GEMM_TN];
+        for (int i = 0; i < GEMM_TM; i++)
+            for (int j = 0; j < GEMM_TN; j++) p[i][j] = 0.0f;
+        for (int k0 = kb * gck; k0 < kend; k0 += QG_BK) {
+            const int kn = kend - k0 < QG_BK ? kend - k0 : QG_BK;
+            kg_sync();   // lut is built; the last step is done with as, bs
+            // Rows past M (N) read as 0; columns past the K block are never read.
+            for (int e = tid; e < GEMM_BM * QG_BK; e += GEMM_THREADS) {
+                const int mm = e / QG_BK, kk = e % QG_BK, m = m0 + mm;
+                if (kk < kn) as[kk][mm] = m < M ? kg_q_elem(lut, A + m * rb, k0 + kk, fp4) : 0.0f;
+            }
+            for (int e = tid; e < GEMM_BN * QG_BK; e += GEMM_THREADS) {
+                const int nn = e / QG_BK, kk = e % QG_BK, n = n0 + nn;
+                if (kk < kn) bs[kk][nn] = n < N ? kg_q_elem(lut, B + n * rb, k0 + kk, fp4) : 0.0f;
+            }
+            kg_sync();
+            for (int kk = 0; kk < kn; kk++) {
+                float av[GEMM_TM], bv[GEMM_TN];
+                for (int i = 0; i < GEMM_TM; i++) av[i] = as[kk][ty + i * GEMM_TY];
+                for (int j = 0; j < GEMM_TN; j++) bv[j] = bs[kk][tx + j * GEMM_TX];
+                for (int i = 0; i < GEMM_TM; i++)
+                    for (int j = 0; j < GEMM_TN; j++) p[i][j] = kg_fma(av[i], bv[j], p[i][j]);
+            }
+        }
+        float sa[GEMM_TM], sb[GEMM_TN];
+        for (int i = 0; i < GEMM_TM; i++) {
+            const int m = m0 + ty + i * GEMM_TY;
+            sa[i] = m < M ? kg_q_scale(SA, (kg_i64)(m / gra) * nkb + kb, mx) : 0.0f;
+        }
+        for (int j = 0; j < GEMM_TN; j++) {
+            const int n = n0 + tx + j * GEMM_TX;
+            sb[j] = n < N ? kg_q_scale(SB, sb0 + (kg_i64)(n / grb) * nkb + kb, mx) : 0.0f;
+        }
+        for (int i = 0; i < GEMM_TM; i++)
+            for (int j = 0; j < GEMM_TN; j++) acc[i][j] = kg_fma(p[i][j], sa[i] * sb[j], acc[i][j]);
+    }
+    for (int i = 0; i < GEMM_TM; i++) {
+        const int m = m0 + ty + i * GEMM_TY;
+        for (int j = 0; j < GEMM_TN; j++) {
+            const int n = n0 + tx + j * GEMM_TX;
+            if (m < M && n < N) C[(kg_i64)m * N + n] = D::st(acc[i][j]);
+        }
+    }
+}
+
+// Quantized grouped GEMM, ragged rows (as kg_grouped_rows): A is [sum M][K]
+// codes, group g owns rows [offs[g], offs[g+1]); B is [G][N][K] codes (B_g at
+// g*N*rb); C is [sum M][N].  Scale of A(m, k): SA[(m/gra)*nkb + k/gck], m the
+// global row; of B_g(n, k): SB[g*ceil(N/grb)*nkb + (n/grb)*nkb + k/gck].
+// Grid (ceil(N/GEMM_BN), tile_offs[G]); same arithmetic as kg_qgemm_tile.
+template <class D>
+__device__ static inline void kg_qgrouped(const unsigned char *A, const unsigned char *B,
+                                          const void *SA, const void *SB, typename D::S *C,
+                                          const int *offs, const int *tile_offs, int G, int N,
+                                          int K, int fmt, int mx, int gra, int grb, int gck)
+{
+    const int y = (int)kg_bid_y();
+    if (G <= 0 || y >= tile_offs[G]) return;   // the whole block leaves, before any barrier
+    const int g = kg_group_of_tile(tile_offs, G, y);
+    const kg_i64 rb = fmt == 4 ? (K + 1) / 2 : K;
+    const int nkb = K > 0 ? (K + gck - 1) / gck : 0;
+    kg_qgemm_tile<D>(A, B + (kg_i64)g * N * rb, SA, SB, (kg_i64)g * ((N + grb - 1) / grb) * nkb,
+                     C, offs[g + 1], N, K, fmt, mx, gra, grb, gck,
+                     offs[g] + (y - tile_offs[g]) * GEMM_BM, (int)kg_bid_x() * GEMM_BN);
+}
+
+#define KG_QGEMM_ENTRIES(sfx, D)                                                               \
+    KG_ATOMICS(kg_qgemm_##sfx, 0)                                                              \
+    KG_ATOMICS(kg_qgrouped_##sfx, 0)                                                           \
+    extern "C" __global__ void KG_LAUNCH_BOUNDS(GEMM_THREADS)                                 \
+    kg_qgemm_##sfx(const unsigned char *A, const unsigned char *B, const void *SA,             \
+                   const void *SB, D::S *C, int M, int N, int K, int fmt, int mx, int gra,     \
+                   int grb, int gck)                                                           \
+    {                                                                                          \
+        kg_qgemm_tile<D>(A, B, SA, SB, 0, C, M, N, K, fmt, mx, gra, grb, gck,                  \
+                         (int)kg_bid_y() * GEMM_BM, (int)kg_bid_x() * GEMM_BN);                \
+    }                                                                                          \
+    extern "C" __global__ void KG_LAUNCH_BOUNDS(GEMM_THREADS)                                 \
+    kg_qgrouped_##sfx(const unsigned char *A, const unsigned char *B, const void *SA,          \
+                      const void *SB, D::S *C, const int *offs, const int *tile_offs, int G,   \
+                      int N, int K, int fmt, int mx, int gra, int grb, int gck)                \
+    {                                                                                          \
+        kg_qgrouped<D>(A, B, SA, SB, C, offs, tile_offs, G, N, K, fmt, mx, gra, grb, gck);     \
+    }
+
+KG_QGEMM_ENTRIES(f32, kg_f32)
+KG_QGEMM_ENTRIES(bf16, kg_bf16)

@@ -15,11 +15,14 @@
  *   compile cache -> cases -> inputs -> launch -> check plan & references ->
  *   inject -> gates -> timer -> report -> running a case -> commands -> main
  *
- * Ops (rows of OPS): gemm, grouped (MoE) gemm, attention.  Each case's
- * outputs are gated one by one; the gates are rows of GATES, the planted
- * faults rows of INJECTS.
+ * Ops (rows of OPS): gemm, grouped (MoE) gemm, attention; gemm and grouped
+ * also on fp8/MX inputs ("low precision": ref.c quantizes, a quantize-only
+ * kernel must agree byte for byte, the product is gated by SNR).  Each
+ * case's outputs are gated one by one; the gates are rows of GATES, the
+ * planted faults rows of INJECTS.
  */
 #define _GNU_SOURCE
+#include <ctype.h>
 #include <dlfcn.h>
 #include <errno.h>
 #include <inttypes.h>
@@ -884,7 +887,14 @@ struct opts {
     const char *arch;             /* isa: compile target */
     int quiet;                    /* selftest: no rows, no progress */
     int repeat;                   /* runs per case compared (--repeat); 0: the command's default */
+    const char *trades_precision; /* low precision: why the baseline SNR rule is waived */
 };
+
+/* Low precision: how a block of values gets one scale (--scaling), and
+ * which fp8 encoding a case uses (--fp8; the device's until it is known). */
+enum qscaling { QS_TENSOR, QS_ROW, QS_BLOCK, QS_MX };
+static const char *const QSCALING[] = { "tensor", "row", "block", "mx" };
+enum fp8_enc { ENC_DEVICE, ENC_OCP, ENC_FNUZ };
 
 /* One case: an op with its dtype, layout, shape and options. */
 struct kcase {
@@ -899,6 +909,12 @@ struct kcase {
     uint32_t hq, hkv, dim;        /* attn: query and KV heads, head dim */
     int causal;
     double scale;                 /* attn: softmax scale; 0 = 1/sqrt(dim) */
+    enum qfmt qfmt;               /* low precision: the inputs' element format (Q_NONE: dt in and out) */
+    enum fp8_enc enc;             /* low precision: OCP or FNUZ (E4M3/E5M2 become the FNUZ formats) */
+    enum qscaling scaling;
+    int mx;                       /* low precision: MX blocks of 32 with E8M0 scales */
+    enum qrule qrule;             /* MX: QR_MX_SPEC or QR_MX_UP */
+    unsigned q_given;             /* Q_GIVEN_* bits: low-precision options that were given */
     char where[320];              /* "shapes.txt:12" or "command line", for messages */
     char label[160];              /* "gemm bf16 NT 4096x4096x4096 bwd" */
 };
@@ -1042,11 +1058,122 @@ static void set_dtype(struct kcase *c, const char *val, int allow_f32)
             c->op->name, allow_f32 ? "f32, f16, bf16" : "f16, bf16");
 }
 
+/* --- low precision: options shared by gemm and grouped --- */
+
+/* The low-precision --dtype names: an element format, MX (blocks of 32 with
+ * an E8M0 scale) or not (one fp32 scale per tensor, row or block). */
+static const struct { const char *name; enum qfmt f; int mx; } QDTYPES[] = {
+    { "e4m3", Q_E4M3, 0 }, { "e5m2", Q_E5M2, 0 },
+    { "mxfp8", Q_E4M3, 1 }, { "mxfp8e5m2", Q_E5M2, 1 }, { "mxfp4", Q_E2M1, 1 },
+};
+#define N_QDTYPES (sizeof QDTYPES / sizeof *QDTYPES)
+#define Q_NAMES "e4m3, e5m2, mxfp8, mxfp8e5m2, mxfp4"
+
+#define Q_GIVEN_SCALING 1u
+#define Q_GIVEN_RULE 2u
+#define Q_GIVEN_OUT 4u
+#define Q_GIVEN_ENC 8u
+
+/* The element format a case runs: E4M3/E5M2 in its encoding, or E2M1. */
+static enum qfmt q_format(const struct kcase *c)
+{
+    if (c->enc != ENC_FNUZ) return c->qfmt;
+    return c->qfmt == Q_E4M3 ? Q_E4M3_FNUZ : c->qfmt == Q_E5M2 ? Q_E5M2_FNUZ : c->qfmt;
+}
+
+/* Options of the low-precision path (--dtype with one of Q_NAMES,
+ * --scaling, --mx-rule, --out, --fp8); returns as op->set does, -1 for a
+ * key (or a plain --dtype) it leaves to the caller. */
+static int q_set(struct kcase *c, const char *key, const char *val)
+{
+    if (!val) val = "";
+    if (strcmp(key, "--dtype") == 0) {
+        c->qfmt = Q_NONE;
+        for (size_t i = 0; i < N_QDTYPES; i++)
+            if (strcmp(val, QDTYPES[i].name) == 0) {
+                c->qfmt = QDTYPES[i].f, c->mx = QDTYPES[i].mx;
+                if (!(c->q_given & Q_GIVEN_OUT)) c->dt = DT_BF16;
+                return 1;
+            }
+        return -1;
+    }
+    if (strcmp(key, "--scaling") == 0) {
+        int k = 0;
+        while (k < 4 && strcmp(val, QSCALING[k]) != 0) k++;
+        if (k == 4) die(EXIT_USAGE, "%s: --scaling %s: expected tensor, row, block or mx", c->where, val);
+        c->scaling = (enum qscaling)k, c->q_given |= Q_GIVEN_SCALING;
+        return 1;
+    }
+    if (strcmp(key, "--mx-rule") == 0) {
+        if (strcmp(val, "spec") != 0 && strcmp(val, "up") != 0)
+            die(EXIT_USAGE, "%s: --mx-rule %s: expected spec or up", c->where, val);
+        c->qrule = val[0] == 's' ? QR_MX_SPEC : QR_MX_UP, c->q_given |= Q_GIVEN_RULE;
+        return 1;
+    }
+    if (strcmp(key, "--out") == 0) {
+        if (strcmp(val, "bf16") != 0 && strcmp(val, "f32") != 0)
+            die(EXIT_USAGE, "%s: --out %s: a low-precision GEMM writes bf16 or f32", c->where, val);
+        c->dt = val[0] == 'b' ? DT_BF16 : DT_F32, c->q_given |= Q_GIVEN_OUT;
+        return 1;
+    }
+    if (strcmp(key, "--fp8") == 0) {
+        if (strcmp(val, "ocp") != 0 && strcmp(val, "fnuz") != 0)
+            die(EXIT_USAGE, "%s: --fp8 %s: expected ocp or fnuz", c->where, val);
+        c->enc = val[0] == 'o' ? ENC_OCP : ENC_FNUZ, c->q_given |= Q_GIVEN_ENC;
+        return 1;
+    }
+    return -1;
+}
+
+/* Check a case's low-precision options (exit 2 naming c->where). */
+static void q_finish(struct kcase *c)
+{
+    if (c->qfmt == Q_NONE) {
+        if (c->q_given)
+            die(EXIT_USAGE, "%s: --scaling, --mx-rule, --out and --fp8 apply to the low-precision dtypes (%s)",
+                c->where, Q_NAMES);
+        return;
+    }
+    if (strcmp(c->layout, "NT") != 0)
+        die(EXIT_USAGE, "%s: --layout %s: low precision reads A as [M][K] and B as [N][K], K contiguous as fp8 "
+            "tensor cores need it: --layout NT", c->where, c->layout);
+    if (c->bwd) die(EXIT_USAGE, "%s: --bwd: the low-precision path has forward products only", c->where);
+    if (c->mx && (c->q_given & Q_GIVEN_SCALING) && c->scaling != QS_MX)
+        die(EXIT_USAGE, "%s: --scaling %s: the MX dtypes carry their own scaling (blocks of 32, E8M0)", c->where,
+            QSCALING[c->scaling]);
+    if (!c->mx && c->scaling == QS_MX)
+        die(EXIT_USAGE, "%s: --scaling mx: give --dtype mxfp8, mxfp8e5m2 or mxfp4", c->where);
+    if (!c->mx && (c->q_given & Q_GIVEN_RULE))
+        die(EXIT_USAGE, "%s: --mx-rule applies to the MX dtypes (mxfp8, mxfp8e5m2, mxfp4)", c->where);
+    if (c->mx && c->enc == ENC_FNUZ)
+        die(EXIT_USAGE, "%s: --fp8 fnuz: MX elements are OCP formats", c->where);
+    if (c->mx) c->scaling = QS_MX, c->enc = ENC_OCP, c->qrule = c->qrule == QR_MX_UP ? QR_MX_UP : QR_MX_SPEC;
+    if (c->qfmt == Q_E2M1) c->enc = ENC_OCP;
+}
+
+/* The dtype part of a label: "bf16", or for low precision the inputs, the
+ * encoding, the scaling or MX rule and the output: "e4m3 ocp row->bf16",
+ * "mxfp4 spec->f32". */
+static void dtype_label(const struct kcase *c, char *buf, size_t n)
+{
+    if (c->qfmt == Q_NONE) { snprintf(buf, n, "%s", DTYPES[c->dt].name); return; }
+    const char *name = "?";
+    for (size_t i = 0; i < N_QDTYPES; i++)
+        if (QDTYPES[i].f == c->qfmt && QDTYPES[i].mx == c->mx) name = QDTYPES[i].name;
+    if (c->mx)
+        snprintf(buf, n, "%s %s->%s", name, c->qrule == QR_MX_UP ? "up" : "spec", DTYPES[c->dt].name);
+    else
+        snprintf(buf, n, "%s %s%s->%s", name, c->enc == ENC_FNUZ ? "fnuz " : c->enc == ENC_OCP ? "ocp " : "",
+                 QSCALING[c->scaling], DTYPES[c->dt].name);
+}
+
 /* --- gemm --- */
 
 static int gemm_set(struct kcase *c, const char *key, const char *val)
 {
     if (strcmp(key, "--bwd") == 0) { c->bwd = 1; return 0; }
+    int q = q_set(c, key, val);
+    if (q >= 0) return q;
     if (strcmp(key, "--dtype") == 0) { set_dtype(c, val, 1); return 1; }
     if (strcmp(key, "--layout") == 0) {
         if (!val || strlen(val) != 2 || !strchr("NT", val[0]) || !strchr("NT", val[1]))
@@ -1071,8 +1198,11 @@ static void gemm_finish(struct kcase *c)
     if (m * k > MAX_ELEMS || k * n > MAX_ELEMS || m * n > MAX_ELEMS)
         die(EXIT_USAGE, "%s: --shape %ux%ux%u: a matrix would exceed %llu elements", c->where, c->m,
             c->n, c->k, (unsigned long long)MAX_ELEMS);
-    snprintf(c->label, sizeof c->label, "gemm %s %s %ux%ux%u%s", DTYPES[c->dt].name, c->layout,
-             c->m, c->n, c->k, c->bwd ? " bwd" : "");
+    q_finish(c);
+    char dt[64];
+    dtype_label(c, dt, sizeof dt);
+    snprintf(c->label, sizeof c->label, "gemm %s %s %ux%ux%u%s", dt, c->layout, c->m, c->n, c->k,
+             c->bwd ? " bwd" : "");
 }
 
 /* --- grouped gemm --- */
@@ -1116,9 +1246,11 @@ static void grouped_finish(struct kcase *c)
         die(EXIT_USAGE, "%s: grouped %zu groups of %" PRIu64 " rows x%ux%u: a tensor would exceed %llu "
             "elements", c->where, c->nlens, m, c->n, c->k, (unsigned long long)MAX_ELEMS);
     c->m = (uint32_t)m;
+    q_finish(c);
+    char dt[64];
+    dtype_label(c, dt, sizeof dt);
     snprintf(c->label, sizeof c->label, "grouped %s %s G=%zu M=%" PRIu64 "[%" PRIu64 "..%" PRIu64 "] "
-             "N=%u K=%u%s", DTYPES[c->dt].name, c->layout, c->nlens, m, lo, hi, c->n, c->k,
-             c->bwd ? " bwd" : "");
+             "N=%u K=%u%s", dt, c->layout, c->nlens, m, lo, hi, c->n, c->k, c->bwd ? " bwd" : "");
 }
 
 /* --- attention --- */
@@ -1211,6 +1343,7 @@ static void case_init(struct kcase *c, const struct op *op, const char *where)
     memset(c, 0, sizeof *c);
     c->op = op;
     c->dt = DT_BF16;
+    c->qfmt = Q_NONE;
     memcpy(c->layout, "NT", 3);
     snprintf(c->where, sizeof c->where, "%s", where);
 }
@@ -1228,7 +1361,7 @@ static int parse_global(struct opts *o, int argc, char **argv, int i)
     const char *key = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
     static const char *const with_value[] = { "--device", "--kernels", "--shapes", "--seed",
                                               "--rtol", "--atol", "--why", "--inject", "--arch",
-                                              "--repeat" };
+                                              "--repeat", "--trades-precision" };
     int takes = 0;
     for (size_t k = 0; k < sizeof with_value / sizeof *with_value; k++)
         if (strcmp(key, with_value[k]) == 0) takes = 1;
@@ -1263,6 +1396,11 @@ static int parse_global(struct opts *o, int argc, char **argv, int i)
     if (strcmp(key, "--why") == 0) { o->why = val; return 2; }
     if (strcmp(key, "--inject") == 0) { o->inject = val; return 2; }
     if (strcmp(key, "--arch") == 0) { o->arch = val; return 2; }
+    if (strcmp(key, "--trades-precision") == 0) {
+        if (!*val) die(EXIT_USAGE, "--trades-precision needs a reason");
+        o->trades_precision = val;
+        return 2;
+    }
     return 0;
 }
 
@@ -1331,7 +1469,7 @@ static struct kcase *read_shapes(const char *path, size_t *count)
 
 /* A block of a product output: rows [row0, row0 + rows) of the output are
  * x (rows x inner) · y (inner x cols), canonical row-major floats. */
-struct part { size_t row0, rows, inner; const float *x, *y; };
+struct part { size_t row0, rows, inner; const float *x, *y; const struct qprod *q; };
 
 /* How a product output is launched.  X[m][k] is at dx + m*sxm + k*sxk,
  * Y[k][n] at dy + k*syk + n*syn, C[m][n] at buf + m*srow + n*scol; and by
@@ -1376,6 +1514,7 @@ struct output {
 #define GUARD_BYTES 4096
 
 struct attn_case;
+struct qrun;
 
 /* Everything one case needs while it runs; release_run frees it. */
 struct run {
@@ -1391,6 +1530,7 @@ struct run {
     int ndev;
     int inputs_nonzero;           /* every input has max|x| > 0 */
     struct attn_case *attn;       /* attn cases: geometry, inputs, statistics */
+    struct qrun *q;               /* low-precision cases: operands, scales, the quantize stage */
 };
 
 static void *run_owned(struct run *r, size_t bytes)
@@ -1528,10 +1668,13 @@ static struct output *product_output(struct run *r, const char *name, size_t row
 static void add_part(struct output *o, size_t i, size_t row0, size_t rows, size_t inner, const float *x,
                      const float *y)
 {
-    o->parts[i] = (struct part){ row0, rows, inner, x, y };
+    o->parts[i] = (struct part){ row0, rows, inner, x, y, NULL };
     o->flops += 2.0 * rows * o->cols * inner;
     o->check_macs += (double)rows * o->cols * inner;
 }
+
+static void qgemm_prepare(struct run *r);
+static void qgrouped_prepare(struct run *r);
 
 /* A is M x K ('N': stored [M][K]; 'T': stored [K][M]); B is K x N ('N':
  * [K][N]; 'T': [N][K]); C is [M][N].  With --bwd, dC is [M][N] and
@@ -1539,6 +1682,7 @@ static void add_part(struct output *o, size_t i, size_t row0, size_t rows, size_
 static void gemm_prepare(struct run *r)
 {
     const struct kcase *c = r->c;
+    if (c->qfmt != Q_NONE) { qgemm_prepare(r); return; }
     enum dtype t = c->dt;
     size_t M = c->m, N = c->n, K = c->k;
     int at = c->layout[0] == 'T', bt = c->layout[1] == 'T';
@@ -1585,6 +1729,7 @@ static void grouped_ragged_rows(struct run *r, struct output *o, const uint32_t 
 static void grouped_prepare(struct run *r)
 {
     const struct kcase *c = r->c;
+    if (c->qfmt != Q_NONE) { qgrouped_prepare(r); return; }
     enum dtype t = c->dt;
     size_t G = c->nlens, N = c->n, K = c->k, tiles = 0;
     int bt = c->layout[1] == 'T';
@@ -1626,6 +1771,153 @@ static void grouped_prepare(struct run *r)
                               .m = R, .n = W, .doffs = doffs, .groups = G, .offs = offs });
     o->seg = rows, o->nseg = G, o->seg_name = "group";
     for (size_t g = 0; g < G; g++) add_part(o, g, g * R, R, c->lens[g], xt + offs[g] * R, y + offs[g] * W);
+}
+
+/* --- low precision: quantized operands --- */
+
+/* One quantized operand: its unquantised values, ref.c's codes and scales
+ * (what the GEMM reads, uploaded), their decoded floats (what the
+ * reference multiplies), and the buffers of the quantize-only kernel, whose
+ * codes and scales must equal ref.c's byte for byte. */
+struct qoperand {
+    const char *name;             /* "A", "B" */
+    struct qgrid g;
+    float *master;                /* batch*rows x cols, bf16 values: the unquantised inputs */
+    uint8_t *codes, *e8;          /* ref.c's codes; MX: E8M0 scale bytes */
+    float *s;                     /* not MX: fp32 dequantisation scales (1/scale) */
+    float *xq, *sf;               /* decoded codes; scales as floats (MX: 2^e) */
+    size_t code_bytes, nblocks;
+    uint64_t d_codes, d_scales;   /* ref.c's, as the GEMM reads them */
+    uint64_t d_master, d_qcodes, d_qscales;   /* the quantize-only kernel's input and outputs */
+};
+
+/* What the quantize-only stage found for one operand: mismatches against
+ * ref.c and the first of each kind, as a line. */
+struct qstage { size_t scale_bad, code_bad; char scale_at[240], code_at[240]; };
+
+/* A low-precision case while it runs. */
+struct qrun {
+    enum qfmt f;
+    enum qrule rule;              /* QR_AMAX, or the MX rule */
+    size_t gk;                    /* the K-block of a scale: K, 128 or 32 */
+    struct qoperand op[2];        /* A, B */
+    struct qprod *prods;          /* one per group (gemm: one) */
+    struct qstage st[2];
+    int stage_done;
+};
+
+/* The scale block of an operand (rows of `rows`, K columns) under the
+ * case's scaling: per tensor, per row, 1 x 128 (A) or 128 x 128 (B), MX 1 x 32. */
+static void q_block_shape(const struct kcase *c, int is_b, size_t rows, size_t *gr, size_t *gc)
+{
+    size_t K = c->k;
+    switch (c->scaling) {
+    case QS_TENSOR: *gr = rows, *gc = K; break;
+    case QS_ROW:    *gr = 1, *gc = K; break;
+    case QS_BLOCK:  *gr = is_b ? 128 : 1, *gc = 128; break;
+    case QS_MX:     *gr = 1, *gc = 32; break;
+    }
+    if (*gr == 0) *gr = 1;
+    if (*gc == 0) *gc = 1;
+}
+
+/* Upload n raw bytes; returns the device buffer. */
+static uint64_t upload_bytes(struct run *r, const void *v, size_t n)
+{
+    uint64_t p = run_dev(r, n);
+    dev_upload(r->d, p, v, n);
+    return p;
+}
+
+/* Make operand `op` (input stream id): batch x rows x K seeded bf16 values,
+ * quantized by ref.c, decoded, uploaded; and the quantize-only kernel's
+ * buffers allocated. */
+static void q_operand(struct run *r, struct qoperand *op, const char *name, int id, size_t batch, size_t rows)
+{
+    struct qrun *q = r->q;
+    size_t K = r->c->k, gr = 1, gc = 1;
+    q_block_shape(r->c, id == 2, rows, &gr, &gc);
+    op->name = name;
+    op->g = (struct qgrid){ batch, rows, K, gr, gc };
+    op->nblocks = qgrid_blocks(&op->g);
+    op->code_bytes = batch * rows * q_row_bytes(q->f, K);
+    op->master = make_input(r, id, batch * rows * K, DT_BF16);
+    op->codes = run_owned(r, op->code_bytes + 1);
+    op->s = run_host(r, op->nblocks + 1);
+    op->e8 = run_owned(r, op->nblocks + 1);
+    q_quantize(op->master, &op->g, q->f, q->rule, op->codes, op->s, op->e8);
+    op->xq = run_host(r, batch * rows * K + 1);
+    for (size_t i = 0; i < batch * rows; i++)
+        for (size_t k = 0; k < K; k++) op->xq[i * K + k] = q_decode(q->f, q_get(q->f, op->codes, q_row_bytes(q->f, K), i, k));
+    op->sf = run_host(r, op->nblocks + 1);
+    for (size_t b = 0; b < op->nblocks; b++) op->sf[b] = q->rule == QR_AMAX ? op->s[b] : e8m0_decode(op->e8[b]);
+    size_t sbytes = op->nblocks * (q->rule == QR_AMAX ? sizeof(float) : 1);
+    op->d_codes = upload_bytes(r, op->codes, op->code_bytes);
+    op->d_scales = upload_bytes(r, q->rule == QR_AMAX ? (void *)op->s : (void *)op->e8, sbytes);
+    op->d_master = upload_as(r, op->master, batch * rows * K, DT_F32);
+    op->d_qcodes = run_dev(r, op->code_bytes);
+    op->d_qscales = run_dev(r, sbytes);
+}
+
+/* The low-precision part of a gemm or grouped case: format, rule, K-block. */
+static struct qrun *q_begin(struct run *r)
+{
+    const struct kcase *c = r->c;
+    struct qrun *q = r->q = run_owned(r, sizeof *q);
+    q->f = q_format(c);
+    q->rule = c->mx ? c->qrule : QR_AMAX;
+    q_block_shape(c, 0, 1, &(size_t){ 0 }, &q->gk);
+    return q;
+}
+
+/* Low-precision gemm: A [M][K] and B [N][K] quantized (ref.c), C = A·Bᵀ
+ * [M][N] in bf16 or f32.  The product's reference multiplies the decoded
+ * codes and scales; its parts keep the unquantised values for the SNR
+ * against the unquantised (bf16) product. */
+static void qgemm_prepare(struct run *r)
+{
+    const struct kcase *c = r->c;
+    struct qrun *q = q_begin(r);
+    size_t M = c->m, N = c->n, K = c->k;
+    q_operand(r, &q->op[0], "A", 1, 1, M);
+    q_operand(r, &q->op[1], "B", 2, 1, N);
+    q->prods = run_owned(r, sizeof *q->prods);
+    q->prods[0] = (struct qprod){ q->op[0].xq, q->op[1].xq, q->op[0].sf, q->op[1].sf, M, N, K, 0,
+                                  q->op[0].g.gr, q->op[1].g.gr, q->gk };
+    struct output *o = product_output(r, "C", M, N, (int64_t)N, 1, 1,
+        (struct prod_launch){ .dx = q->op[0].d_codes, .dy = q->op[1].d_codes, .m = M, .n = N, .k = K });
+    add_part(o, 0, 0, M, K, q->op[0].master, transpose(r, q->op[1].master, N, K));
+    o->parts[0].q = &q->prods[0];
+}
+
+/* Low-precision grouped: A [ΣM][K], B [G][N][K] quantized (B's scale blocks
+ * per group), C_g = A_g·B_gᵀ [ΣM][N]. */
+static void qgrouped_prepare(struct run *r)
+{
+    const struct kcase *c = r->c;
+    struct qrun *q = q_begin(r);
+    size_t G = c->nlens, N = c->n, K = c->k;
+    uint32_t *offs = run_owned(r, (G + 1) * sizeof *offs), *tile_offs = run_owned(r, (G + 1) * sizeof *offs);
+    for (size_t g = 0; g < G; g++) {
+        offs[g + 1] = offs[g] + c->lens[g];
+        tile_offs[g + 1] = tile_offs[g] + (c->lens[g] + 63) / 64;
+    }
+    size_t M = offs[G];
+    q_operand(r, &q->op[0], "A", 1, 1, M);
+    q_operand(r, &q->op[1], "B", 2, G, N);
+    const float *bt = transpose_blocks(r, q->op[1].master, G, N, K);   /* canonical [G][K][N] */
+    size_t nkb = (K + q->gk - 1) / q->gk, b_blocks = qgrid_nbr(&q->op[1].g) * nkb;
+    q->prods = run_owned(r, G * sizeof *q->prods);
+    struct output *o = product_output(r, "C", M, N, (int64_t)N, 1, G,
+        (struct prod_launch){ .dx = q->op[0].d_codes, .dy = q->op[1].d_codes, .m = M, .n = N, .k = K });
+    grouped_ragged_rows(r, o, offs, upload_ints(r, offs, G + 1), upload_ints(r, tile_offs, G + 1), tile_offs[G]);
+    for (size_t g = 0; g < G; g++) {
+        q->prods[g] = (struct qprod){ q->op[0].xq + offs[g] * K, q->op[1].xq + g * N * K, q->op[0].sf,
+                                      q->op[1].sf + g * b_blocks, c->lens[g], N, K, offs[g],
+                                      q->op[0].g.gr, q->op[1].g.gr, q->gk };
+        add_part(o, g, offs[g], c->lens[g], K, q->op[0].master + offs[g] * K, bt + g * K * N);
+        o->parts[g].q = &q->prods[g];
+    }
 }
 
 /* --- attention --- */
@@ -1738,6 +2030,68 @@ static void cpu_product(const struct output *p)
     }
 }
 
+/* Decode n rows of K quantized elements (rowbytes each) from raw codes. */
+static float *q_decode_rows(enum qfmt f, const uint8_t *codes, size_t n, size_t K)
+{
+    float *v = xmalloc(n * K * sizeof(float) + 1);
+    for (size_t i = 0; i < n; i++)
+        for (size_t k = 0; k < K; k++) v[i * K + k] = q_decode(f, q_get(f, codes, q_row_bytes(f, K), i, k));
+    return v;
+}
+
+/* A low-precision product on the CPU: the codes and scales read back from
+ * the buffers the GPU kernel would read, decoded, multiplied by ref.c's
+ * candidate (qprod_cpu) per group. */
+static void cpu_qproduct(struct run *r, const struct output *p)
+{
+    const struct qrun *q = r->q;
+    const struct qoperand *A = &q->op[0], *B = &q->op[1];
+    size_t K = r->c->k, groups = p->pl.ragged == RAG_ROWS ? p->pl.groups : 1;
+    float *a = q_decode_rows(q->f, (const uint8_t *)(uintptr_t)A->d_codes, A->g.batch * A->g.rows, K);
+    float *b = q_decode_rows(q->f, (const uint8_t *)(uintptr_t)B->d_codes, B->g.batch * B->g.rows, K);
+    float *sa = xmalloc(A->nblocks * sizeof(float) + 1), *sb = xmalloc(B->nblocks * sizeof(float) + 1);
+    for (size_t i = 0; i < A->nblocks + B->nblocks; i++) {
+        const struct qoperand *op = i < A->nblocks ? A : B;
+        size_t k = i < A->nblocks ? i : i - A->nblocks;
+        float v = q->rule == QR_AMAX ? ((const float *)(uintptr_t)op->d_scales)[k]
+                                     : e8m0_decode(((const uint8_t *)(uintptr_t)op->d_scales)[k]);
+        (i < A->nblocks ? sa : sb)[k] = v;
+    }
+    for (size_t g = 0; g < groups; g++) {
+        struct qprod pr = q->prods[g];   /* the reference's geometry, the buffers' values */
+        pr.x = a + (pr.x - A->xq), pr.y = b + (pr.y - B->xq), pr.sx = sa, pr.sy = sb + (pr.sy - B->sf);
+        size_t row0 = g < groups && p->pl.ragged == RAG_ROWS ? p->pl.offs[g] : 0;
+        cpu_candidate_qgemm(p->dt, &pr, (char *)(uintptr_t)p->buf + row0 * p->srow * DTYPES[p->dt].bytes,
+                            p->srow, p->scol);
+    }
+    free(a), free(b), free(sa), free(sb);
+}
+
+/* A low-precision product: GPU kg_qgemm_<out> (grid N/64 x M/64) or
+ * kg_qgrouped_<out> (grid N/64 x the groups' row tiles), 256 threads,
+ * reading ref.c's codes and scales; CPU: cpu_qproduct. */
+static void q_launch(struct run *r, int o)
+{
+    struct output *p = &r->out[o];
+    struct qrun *q = r->q;
+    struct prod_launch *L = &p->pl;
+    if (r->d->kind == DEV_CPU) { cpu_qproduct(r, p); return; }
+    int grouped = L->ragged == RAG_ROWS, f32 = p->dt == DT_F32;
+    const char *name = grouped ? (f32 ? "kg_qgrouped_f32" : "kg_qgrouped_bf16") : (f32 ? "kg_qgemm_f32" : "kg_qgemm_bf16");
+    int M = (int)L->m, N = (int)L->n, K = (int)L->k, G = (int)L->groups, fmt = (int)q->f, mx = q->rule != QR_AMAX;
+    int gra = (int)q->op[0].g.gr, grb = (int)q->op[1].g.gr, gck = (int)q->gk;
+    unsigned gx = (unsigned)((N + 63) / 64);
+    uint64_t *sa = &q->op[0].d_scales, *sb = &q->op[1].d_scales;
+    if (!grouped) {
+        void *params[] = { &L->dx, &L->dy, sa, sb, &p->buf, &M, &N, &K, &fmt, &mx, &gra, &grb, &gck };
+        gpu_launch(r->d, name, gx, (unsigned)((M + 63) / 64), 1, 256, params);
+    } else {
+        void *params[] = { &L->dx, &L->dy, sa, sb, &p->buf, &L->doffs, &L->dtiles, &G, &N, &K, &fmt, &mx,
+                           &gra, &grb, &gck };
+        gpu_launch(r->d, name, gx, (unsigned)L->tiles, 1, 256, params);
+    }
+}
+
 /* Output o of a product (gemm or grouped).  GPU: the portable kernels, a
  * 64 x 64 tile per block of 256 threads: kg_gemm_<dt> (grid N/64 x M/64),
  * kg_grouped_<dt> (ragged rows; grid N/64 x the groups' row tiles) or
@@ -1752,6 +2106,7 @@ static void product_launch(struct run *r, int o)
     };
     struct output *p = &r->out[o];
     struct prod_launch *L = &p->pl;
+    if (r->q) { q_launch(r, o); return; }
     if (r->d->kind == DEV_CPU) { cpu_product(p); return; }
     const char *name = fname[L->ragged][p->dt];
     int M = (int)L->m, N = (int)L->n, K = (int)L->k, G = (int)L->groups;
@@ -1769,6 +2124,109 @@ static void product_launch(struct run *r, int o)
                            &L->syk, &L->syn, &L->scg, &p->srow, &p->scol };
         gpu_launch(r->d, name, gx, gm, (unsigned)G, 256, params);
     }
+}
+
+/* --- low precision: the quantize-only stage --- */
+
+/* Run the quantize-only kernel on operand op's unquantised values into its
+ * poisoned buffers: GPU kg_quantize (one block of 256 threads per scale
+ * block), CPU ref.c's q_quantize as the candidate. */
+static void q_stage_launch(struct run *r, struct qoperand *op)
+{
+    const struct qrun *q = r->q;
+    int mx = q->rule != QR_AMAX;
+    dev_fill(r->d, op->d_qcodes, 0xff, op->code_bytes);
+    dev_fill(r->d, op->d_qscales, 0xff, op->nblocks * (mx ? 1 : sizeof(float)));
+    if (r->d->kind == DEV_CPU) {
+        q_quantize(op->master, &op->g, q->f, q->rule, (uint8_t *)(uintptr_t)op->d_qcodes,
+                   (float *)(uintptr_t)op->d_qscales, (uint8_t *)(uintptr_t)op->d_qscales);
+        return;
+    }
+    uint64_t s = mx ? 0 : op->d_qscales, e = mx ? op->d_qscales : 0;
+    int batch = (int)op->g.batch, rows = (int)op->g.rows, cols = (int)op->g.cols, gr = (int)op->g.gr;
+    int gc = (int)op->g.gc, fmt = (int)q->f, rule = (int)q->rule;
+    void *params[] = { &op->d_master, &op->d_qcodes, &s, &e, &batch, &rows, &cols, &gr, &gc, &fmt, &rule };
+    gpu_launch(r->d, "kg_quantize", (unsigned)op->nblocks, 1, 1, 256, params);
+}
+
+/* A scale as text: "0.0078125" or, for E8M0, "2^-7 (0x78)". */
+static void q_scale_text(char *buf, size_t n, int mx, const unsigned char *scales, size_t b)
+{
+    if (mx) { snprintf(buf, n, "2^%d (0x%02x)", scales[b] - 127, scales[b]); return; }
+    float v;
+    memcpy(&v, scales + b * sizeof v, sizeof v);
+    snprintf(buf, n, "%.9g", v);
+}
+
+/* Compare the kernel's scales with ref.c's: count, and the first as a line. */
+static void q_compare_scales(const struct qrun *q, const struct qoperand *op, const unsigned char *got,
+                             struct qstage *st)
+{
+    int mx = q->rule != QR_AMAX;
+    size_t es = mx ? 1 : sizeof(float), nbr = qgrid_nbr(&op->g), nbc = qgrid_nbc(&op->g);
+    const unsigned char *want = mx ? op->e8 : (const unsigned char *)op->s;
+    for (size_t b = 0; b < op->nblocks; b++) {
+        if (memcmp(got + b * es, want + b * es, es) == 0) continue;
+        if (st->scale_bad++) continue;
+        char k[48], w[48];
+        q_scale_text(k, sizeof k, mx, got, b);
+        q_scale_text(w, sizeof w, mx, want, b);
+        snprintf(st->scale_at, sizeof st->scale_at, "%s scale block %zu (matrix %zu, rows %zu.., cols %zu..): "
+                 "kernel %s, ref.c %s", op->name, b, b / (nbr * nbc), b / nbc % nbr * op->g.gr,
+                 b % nbc * op->g.gc, k, w);
+    }
+}
+
+/* Compare the kernel's codes with ref.c's element by element (and an odd
+ * FP4 row's padding nibble): count, and the first as a line. */
+static void q_compare_codes(const struct qrun *q, const struct qoperand *op, const uint8_t *got,
+                            struct qstage *st)
+{
+    size_t rows = op->g.batch * op->g.rows, K = op->g.cols, rb = q_row_bytes(q->f, K);
+    size_t width = K + (q->f == Q_E2M1 && K % 2);
+    for (size_t i = 0; i < rows; i++)
+        for (size_t k = 0; k < width; k++) {
+            unsigned a = q_get(q->f, got, rb, i, k), b = q_get(q->f, op->codes, rb, i, k);
+            if (a == b || st->code_bad++) continue;
+            if (k == K) {
+                snprintf(st->code_at, sizeof st->code_at, "%s row %zu: the padding nibble of an odd FP4 row "
+                         "is 0x%x, must be 0", op->name, i, a);
+                continue;
+            }
+            char kv[32], wv[32];
+            snprintf(kv, sizeof kv, "%.9g", q_decode(q->f, a));
+            snprintf(wv, sizeof wv, "%.9g", q_decode(q->f, b));
+            snprintf(st->code_at, sizeof st->code_at, "%s[%zu][%zu] (x = %.9g): kernel 0x%02x (%s), ref.c "
+                     "0x%02x (%s)", op->name, i, k, op->master[i * K + k], a, kv, b, wv);
+        }
+}
+
+struct inject_ctx;
+static void q_stage_inject(struct run *r, struct qoperand *op, uint8_t *codes, unsigned char *scales);
+
+/* The quantize-only stage of a low-precision case: each operand quantized
+ * by the kernel, read back (with --inject scale or quant planted in A), and
+ * compared with ref.c's codes and scales; the scale and conversion gates
+ * read the result. */
+static void q_stage(struct run *r)
+{
+    struct qrun *q = r->q;
+    for (int i = 0; i < 2; i++) {
+        struct qoperand *op = &q->op[i];
+        size_t sbytes = op->nblocks * (q->rule != QR_AMAX ? 1 : sizeof(float));
+        q_stage_launch(r, op);
+        uint8_t *codes = xmalloc(op->code_bytes + 1);
+        unsigned char *scales = xmalloc(sbytes + 1);
+        dev_download(r->d, codes, op->d_qcodes, op->code_bytes);
+        dev_download(r->d, scales, op->d_qscales, sbytes);
+        if (i == 0) q_stage_inject(r, op, codes, scales);
+        memset(&q->st[i], 0, sizeof q->st[i]);
+        q_compare_scales(q, op, scales, &q->st[i]);
+        q_compare_codes(q, op, codes, &q->st[i]);
+        free(codes);
+        free(scales);
+    }
+    q->stage_done = 1;
 }
 
 /* The CPU candidate's attention forward with the mask shifted by `shift`
@@ -1913,6 +2371,7 @@ static size_t plan_count(const struct plan *p, const struct output *o)
 struct refs {
     double *ref_r, *ref_c;        /* double accumulation */
     float *lp_r, *lp_c;           /* same precision, rounded to the output's dtype */
+    double *hp_r, *hp_c;          /* low precision: the unquantised product (NULL otherwise) */
     double ref_s, lp_s;           /* seconds each took; lp_s < 0: computed with ref */
 };
 
@@ -1923,11 +2382,38 @@ static void refs_alloc(struct refs *f, const struct output *o, const struct plan
     f->lp_r = xcalloc(p->nr * o->cols, sizeof(float));
     f->ref_c = xcalloc(o->rows * p->nc, sizeof(double));
     f->lp_c = xcalloc(o->rows * p->nc, sizeof(float));
+    if (o->nparts && o->parts[0].q) {
+        f->hp_r = xcalloc(p->nr * o->cols, sizeof(double));
+        f->hp_c = xcalloc(o->rows * p->nc, sizeof(double));
+    }
 }
 
 static void round_all(enum dtype t, float *v, size_t n)
 {
     for (size_t i = 0; i < n; i++) v[i] = dt_round(t, v[i]);
+}
+
+/* refs_part for a block of quantized operands: the double and the
+ * same-precision references multiply the decoded codes and scales (ref.c's
+ * qprod); the unquantised product (hp) multiplies the bf16 inputs. */
+static void refs_qpart(struct refs *f, const struct output *o, const struct part *pt, const struct plan *p,
+                       const uint32_t *local, size_t a, size_t b, double *ref_s, double *lp_s)
+{
+    double t0 = now_s();
+    qprod_select(ACC_F64, pt->q, local, b - a, NULL, o->cols, f->ref_r + a * o->cols);
+    qprod_select(ACC_F64, pt->q, NULL, pt->rows, p->cols, p->nc, f->ref_c + pt->row0 * p->nc);
+    double t1 = now_s();
+    qprod_select(ACC_F32_SEQ, pt->q, local, b - a, NULL, o->cols, f->lp_r + a * o->cols);
+    round_all(o->dt, f->lp_r + a * o->cols, (b - a) * o->cols);
+    qprod_select(ACC_F32_SEQ, pt->q, NULL, pt->rows, p->cols, p->nc, f->lp_c + pt->row0 * p->nc);
+    round_all(o->dt, f->lp_c + pt->row0 * p->nc, pt->rows * p->nc);
+    *lp_s += now_s() - t1;
+    if (b > a)
+        mm_select(ACC_F64, pt->x, pt->y, pt->inner, o->cols, local, b - a, NULL, o->cols, f->hp_r + a * o->cols);
+    if (p->nc)
+        mm_select(ACC_F64, pt->x, pt->y, pt->inner, o->cols, NULL, pt->rows, p->cols, p->nc,
+                  f->hp_c + pt->row0 * p->nc);
+    *ref_s += t1 - t0;
 }
 
 /* The references of one product block on the plan: the plan's rows that fall
@@ -1943,6 +2429,11 @@ static void refs_part(struct refs *f, const struct output *o, const struct part 
     if (pt->inner == 0 || pt->rows == 0) return;
     uint32_t *local = xmalloc((b - a + 1) * sizeof *local);
     for (size_t i = a; i < b; i++) local[i - a] = (uint32_t)(p->rows[i] - pt->row0);
+    if (pt->q) {
+        refs_qpart(f, o, pt, p, local, a, b, ref_s, lp_s);
+        free(local);
+        return;
+    }
     double t0 = now_s();
     if (b > a)
         mm_select(ACC_F64, pt->x, pt->y, pt->inner, o->cols, local, b - a, NULL, o->cols, f->ref_r + a * o->cols);
@@ -1979,6 +2470,8 @@ static void refs_free(struct refs *f)
     free(f->ref_c);
     free(f->lp_r);
     free(f->lp_c);
+    free(f->hp_r);
+    free(f->hp_c);
 }
 
 /* --- attention references: (token, head) units --- */
@@ -2091,6 +2584,9 @@ struct inject_ctx {
     unsigned char *raw;           /* the storage with its guard bands, as read back */
     double atol;
     uint64_t key;
+    struct qoperand *qop;         /* the quantize stage (INJ_QSTAGE): operand A, */
+    uint8_t *qcodes;              /* the kernel's codes and scales as read back */
+    unsigned char *qscales;
 };
 
 /* Zero the middle output tile. */
@@ -2197,6 +2693,45 @@ static void inj_mask(struct inject_ctx *x)
     free(o), free(dq), free(dk), free(dv), free(lse);
 }
 
+/* The middle scale block of operand A: its scale off by a power of two
+ * (times 2; MX: the exponent + 1). */
+static void inj_scale(struct inject_ctx *x)
+{
+    size_t b = x->qop->nblocks / 2;
+    if (x->r->q->rule != QR_AMAX) { x->qscales[b] = (unsigned char)(x->qscales[b] < 254 ? x->qscales[b] + 1 : 253); return; }
+    float v;
+    memcpy(&v, x->qscales + b * sizeof v, sizeof v);
+    v *= 2;
+    memcpy(x->qscales + b * sizeof v, &v, sizeof v);
+}
+
+/* The middle scale block of operand A rounded the wrong way: every code the
+ * other neighbour of its value (ref.c's q_wrong_way). */
+static void inj_quant(struct inject_ctx *x)
+{
+    const struct qrun *q = x->r->q;
+    const struct qoperand *op = x->qop;
+    struct qblock k = q_block(op->master, &op->g, q->f, q->rule, op->nblocks / 2);
+    size_t rb = q_row_bytes(q->f, op->g.cols);
+    for (size_t i = k.r0; i < k.r1; i++)
+        for (size_t c = k.c0; c < k.c1; c++) {
+            float v = q_scaled(&k, q->rule, op->master[i * op->g.cols + c]);
+            q_put(q->f, x->qcodes, rb, i, c, q_wrong_way(q->f, v, q_get(q->f, x->qcodes, rb, i, c)));
+        }
+}
+
+/* Every element off by up to 2^-6 of itself (seeded): what a narrow
+ * accumulator does to a low-precision product, above the format's gate. */
+static void inj_precision(struct inject_ctx *x)
+{
+    for (size_t i = 0; i < x->o->rows * x->o->cols; i++) x->out[i] *= 1.0f + 0x1p-6f * rng_sym(x->key, i);
+}
+
+static const char *inj_needs_quant(const struct kcase *c)
+{
+    return c->qfmt == Q_NONE ? "needs a low-precision case (--dtype " Q_NAMES ")" : NULL;
+}
+
 /* NULL if fault `name` can be planted in case c, else why not. */
 static const char *inj_needs_segments(const struct kcase *c)
 {
@@ -2209,6 +2744,7 @@ static const char *inj_needs_causal(const struct kcase *c)
 }
 
 enum inj_stage {
+    INJ_QSTAGE,   /* on the quantize-only kernel's codes and scales (low precision) */
     INJ_VALUES,   /* on the decoded values of every check */
     INJ_RAW,      /* on the storage bytes of every check */
     INJ_REPEAT,   /* on the storage bytes of the repeated runs (--repeat) only */
@@ -2235,6 +2771,12 @@ static const struct inject INJECTS[] = {
     { "mask", "allclose", "the causal mask shifted by one key", INJ_VALUES, inj_mask, inj_needs_causal },
     { "race", "determinism", "one bit of a repeated run flipped (needs --repeat 2 or more)", INJ_REPEAT,
       inj_race, NULL },
+    { "scale", "scale", "one scale block of A off by a power of two (quantize stage)", INJ_QSTAGE, inj_scale,
+      inj_needs_quant },
+    { "quant", "conversion", "one scale block of A rounded the wrong way (quantize stage)", INJ_QSTAGE,
+      inj_quant, inj_needs_quant },
+    { "precision", "baseline", "every element off by up to 2^-6 of itself (a narrow accumulator)", INJ_VALUES,
+      inj_precision, inj_needs_quant },
 };
 #define N_INJECTS (sizeof INJECTS / sizeof *INJECTS)
 
@@ -2272,6 +2814,9 @@ struct gate_in {
     double atol_base;             /* the dtype's (or --atol's), before any scaling */
     int inputs_nonzero;
     const struct repeat *rep;
+    const struct qrun *q;         /* low precision: the quantize stage; NULL otherwise */
+    double q_gate;                /* low precision: the format's SNR gate, dB (0: not low precision) */
+    const char *trades;           /* --trades-precision: why the baseline rule is waived */
 };
 
 /* Error sums of one tile or one segment. */
@@ -2291,11 +2836,13 @@ struct stats {
     size_t nan_out, inf_out, nan_ref, inf_ref;   /* all elements (out), checked ones (ref) */
     size_t nan_out_checked, inf_out_checked;
     double sum_err, sum_err2, sum_lp_err, sum_lp_err2, sum_ref2, sum_out2, sum_out_ref;
+    double sum_hp2, sum_hp_err2;            /* low precision: against the unquantised product */
     size_t tr, tc;                          /* tile grid */
     struct acc *tiles;
     struct acc *segs;                       /* per row segment (nseg of them), or NULL */
     /* derived */
     double mean_err, sd_err, mean_lp_err, rms_lp_err, rms_ref, rel_l2, cosine, snr_db, bias_limit;
+    double lp_snr_db, hp_snr_db;            /* the same-precision reference's SNR; the SNR vs unquantised */
     long worst_tile;                        /* -1: no tile had enough checked elements */
     double worst_tile_snr, worst_tile_need;
     long worst_seg;                         /* -1: no segments */
@@ -2318,7 +2865,7 @@ static void acc_add(struct acc *a, double ref, double e, double lpe, size_t i, s
  * reference (-inf: the LSE of a row that sees no key) must be matched
  * exactly and is left out of the sums. */
 static void stats_visit(struct stats *s, const struct gate_in *g, size_t i, size_t j, double ref, double lp,
-                        size_t seg)
+                        double hp, size_t seg)
 {
     double out = g->out[i * g->o->cols + j];
     s->n++;
@@ -2350,6 +2897,7 @@ static void stats_visit(struct stats *s, const struct gate_in *g, size_t i, size
     if (s->segs) acc_add(&s->segs[seg], ref, e, lp - ref, i, j);
     if (!isfinite(out)) return;
     s->n_finite++;
+    s->sum_hp2 += hp * hp, s->sum_hp_err2 += (out - hp) * (out - hp);
     s->sum_err += e, s->sum_err2 += e * e, s->sum_ref2 += ref * ref;
     s->sum_out2 += out * out, s->sum_out_ref += out * ref;
 }
@@ -2361,13 +2909,16 @@ static double snr_db(double sig2, double err2)
 }
 
 /* What a block (tile or segment) must reach: the same-precision reference's
- * SNR on it, capped per dtype, minus TILE_SNR_SLACK_DB.  A block whose
+ * SNR on it, capped per dtype, minus TILE_SNR_SLACK_DB; for low precision
+ * at least the format's SNR gate, and only that when the run declares
+ * --trades-precision.  A block whose
  * reference is exactly zero (an empty group's dB, a vanishing gradient) is
  * held instead to its lp error energy within the same slack, so to exact
  * zero when lp is exactly zero too; its "SNR" is then lp's error over the
  * output's, in dB.  Returns the margin (SNR - need). */
-static double acc_margin(const struct acc *a, enum dtype t, double *snr, double *need)
+static double acc_margin(const struct acc *a, const struct gate_in *g, double *snr, double *need)
 {
+    enum dtype t = g->t;
     if (a->ref2 == 0) {
         *snr = a->err2 == 0 ? INFINITY : a->lperr2 == 0 ? -INFINITY : 10.0 * log10(a->lperr2 / a->err2);
         *need = -TILE_SNR_SLACK_DB;
@@ -2376,6 +2927,7 @@ static double acc_margin(const struct acc *a, enum dtype t, double *snr, double 
     *snr = snr_db(a->ref2, a->err2);
     double lp = snr_db(a->ref2, a->lperr2);
     *need = (lp < DTYPES[t].tile_snr_cap ? lp : DTYPES[t].tile_snr_cap) - TILE_SNR_SLACK_DB;
+    if (g->q_gate > 0) *need = g->trades ? g->q_gate : fmax(g->q_gate, *need);
     return *snr == INFINITY ? INFINITY : *snr - *need;
 }
 
@@ -2389,7 +2941,7 @@ static void stats_worst(struct stats *s, const struct gate_in *g)
     for (size_t k = 0; k < s->tr * s->tc; k++) {
         const struct acc *a = &s->tiles[k];
         if (a->n < TILE_MIN_CHECKED || (a->ref2 == 0 && a->err2 == 0)) continue;
-        double m = acc_margin(a, g->t, &snr, &need);
+        double m = acc_margin(a, g, &snr, &need);
         if (m < worst || s->worst_tile < 0) worst = m, s->worst_tile = (long)k, s->worst_tile_snr = snr,
                                             s->worst_tile_need = need;
     }
@@ -2397,7 +2949,7 @@ static void stats_worst(struct stats *s, const struct gate_in *g)
     s->worst_seg = -1;
     for (size_t k = 0; s->segs && k < g->o->nseg; k++) {
         if (s->segs[k].n == 0) continue;
-        double m = acc_margin(&s->segs[k], g->t, &snr, &need);
+        double m = acc_margin(&s->segs[k], g, &snr, &need);
         if (m < worst || s->worst_seg < 0) worst = m, s->worst_seg = (long)k, s->worst_seg_snr = snr,
                                            s->worst_seg_need = need;
     }
@@ -2417,15 +2969,20 @@ static void stats_compute(struct stats *s, const struct gate_in *g)
         for (size_t k = 0; k < o->nseg; k++)
             for (size_t i = o->seg[k]; i < o->seg[k + 1]; i++) seg_of[i] = (uint32_t)k;
     }
+    const struct refs *f = g->f;
     for (size_t r = 0; r < p->nr; r++)
-        for (size_t j = 0; j < o->cols; j++)
-            stats_visit(s, g, p->rows[r], j, g->f->ref_r[r * o->cols + j], g->f->lp_r[r * o->cols + j],
+        for (size_t j = 0; j < o->cols; j++) {
+            size_t at = r * o->cols + j;
+            stats_visit(s, g, p->rows[r], j, f->ref_r[at], f->lp_r[at], f->hp_r ? f->hp_r[at] : 0,
                         seg_of ? seg_of[p->rows[r]] : 0);
+        }
     for (size_t i = 0; i < o->rows && p->nc; i++)
         if (!p->row_in[i])
-            for (size_t c = 0; c < p->nc; c++)
-                stats_visit(s, g, i, p->cols[c], g->f->ref_c[i * p->nc + c], g->f->lp_c[i * p->nc + c],
+            for (size_t c = 0; c < p->nc; c++) {
+                size_t at = i * p->nc + c;
+                stats_visit(s, g, i, p->cols[c], f->ref_c[at], f->lp_c[at], f->hp_c ? f->hp_c[at] : 0,
                             seg_of ? seg_of[i] : 0);
+            }
     free(seg_of);
     for (size_t k = 0; k < o->rows * o->cols; k++) {
         if (isnan(g->out[k])) s->nan_out++;
@@ -2440,6 +2997,8 @@ static void stats_compute(struct stats *s, const struct gate_in *g)
     s->rel_l2 = s->sum_ref2 > 0 ? sqrt(s->sum_err2 / s->sum_ref2) : (s->sum_err2 > 0 ? INFINITY : 0);
     s->cosine = s->sum_out2 > 0 && s->sum_ref2 > 0 ? s->sum_out_ref / sqrt(s->sum_out2 * s->sum_ref2) : 0;
     s->snr_db = snr_db(s->sum_ref2, s->sum_err2);
+    s->lp_snr_db = snr_db(s->sum_ref2, s->sum_lp_err2);
+    s->hp_snr_db = g->f->hp_r ? snr_db(s->sum_hp2, s->sum_hp_err2) : NAN;
     /* The spread of a mean of n errors: sd/sqrt(n), with sd at least the
      * same-precision reference's rms error (so few elements cannot make it 0). */
     s->bias_limit = 6.0 * fmax(s->sd_err, s->rms_lp_err) / sqrt(nf) + 2.0 * fabs(s->mean_lp_err);
@@ -2452,10 +3011,21 @@ struct verdict { int pass; double value, limit; char detail[400]; };
 
 typedef void (*gate_fn)(const struct stats *, const struct gate_in *, struct verdict *);
 
+/* A gate that does not apply to this output: passes, shows "-". */
+static void not_gated(struct verdict *v, const char *why)
+{
+    v->pass = 1, v->value = NAN, v->limit = 0;
+    snprintf(v->detail, sizeof v->detail, "%s", why);
+}
+
+#define Q_ONLY "applies to low-precision (quantized) products"
+#define Q_REPLACED "low precision: the snr and baseline gates replace element tolerances"
+
 /* allclose: every checked element within atol + rtol|ref| (catches a wrong
  * element, row or tile). */
 static void gate_allclose(const struct stats *s, const struct gate_in *g, struct verdict *v)
 {
+    if (g->q_gate > 0) { not_gated(v, Q_REPLACED); return; }
     v->value = s->close_worst, v->limit = 1.0, v->pass = s->close_fail == 0;
     snprintf(v->detail, sizeof v->detail,
              "%zu of %zu checked elements outside atol %.3g + rtol %.3g*|ref|; worst at (%zu,%zu): "
@@ -2467,7 +3037,7 @@ static void gate_allclose(const struct stats *s, const struct gate_in *g, struct
  * what the kernel's precision explains). */
 static void gate_same_precision(const struct stats *s, const struct gate_in *g, struct verdict *v)
 {
-    (void)g;
+    if (g->q_gate > 0) { not_gated(v, Q_REPLACED); return; }
     v->value = s->max_err, v->limit = 2.0 * s->max_lp_err + s->floor;
     v->pass = s->max_err <= v->limit;
     snprintf(v->detail, sizeof v->detail,
@@ -2556,11 +3126,15 @@ static void gate_worst_tile(const struct stats *s, const struct gate_in *g, stru
     size_t c1 = (tj + 1) * KG_TILE < g->o->cols ? (tj + 1) * KG_TILE : g->o->cols;
     v->value = s->worst_tile_snr, v->limit = s->worst_tile_need;
     v->pass = s->worst_tile_snr >= s->worst_tile_need;
-    snprintf(v->detail, sizeof v->detail,
-             "worst tile (%zu,%zu), rows %zu..%zu cols %zu..%zu: SNR %.1f dB, needs %.1f dB "
-             "(same-precision reference on that tile, capped at %.0f, minus %.0f)",
-             ti, tj, ti * KG_TILE, r1 - 1, tj * KG_TILE, c1 - 1, s->worst_tile_snr,
-             s->worst_tile_need, DTYPES[g->t].tile_snr_cap, TILE_SNR_SLACK_DB);
+    char why[160];
+    snprintf(why, sizeof why, "same-precision reference on that tile, capped at %.0f, minus %.0f",
+             DTYPES[g->t].tile_snr_cap, TILE_SNR_SLACK_DB);
+    if (g->q_gate > 0 && g->trades) snprintf(why, sizeof why, "the %s SNR gate; --trades-precision", QFMTS[g->q->f].name);
+    else if (g->q_gate > 0) snprintf(why + strlen(why), sizeof why - strlen(why), ", at least the %s SNR gate",
+                                     QFMTS[g->q->f].name);
+    snprintf(v->detail, sizeof v->detail, "worst tile (%zu,%zu), rows %zu..%zu cols %zu..%zu: SNR %.1f dB, needs "
+             "%.1f dB (%s)", ti, tj, ti * KG_TILE, r1 - 1, tj * KG_TILE, c1 - 1, s->worst_tile_snr,
+             s->worst_tile_need, why);
 }
 
 /* group: every group (sequence) near the same-precision reference's SNR on
@@ -2616,6 +3190,75 @@ static void gate_determinism(const struct stats *s, const struct gate_in *g, str
                  "%.9g vs %.9g", r->diff_run, r->runs, r->diff_row, r->diff_col, r->other, r->first);
 }
 
+/* snr: low precision, SNR against the reference on the same quantized
+ * inputs at least the format's gate: E4M3 25, E5M2 20, FP4 10 dB (catches a
+ * product computed wrong, where element tolerances mean nothing). */
+static void gate_snr(const struct stats *s, const struct gate_in *g, struct verdict *v)
+{
+    if (!g->q_gate) { not_gated(v, Q_ONLY); return; }
+    v->value = s->snr_db, v->limit = g->q_gate, v->pass = s->snr_db >= g->q_gate;
+    snprintf(v->detail, sizeof v->detail, "SNR %.1f dB against the double product of the same quantized "
+             "inputs and scales; %s needs %.0f dB", s->snr_db, QFMTS[g->q->f].name, g->q_gate);
+}
+
+#define BASELINE_SLACK_DB 3.0   /* a candidate may be this much below the reference arm's SNR */
+#define BASELINE_CAP_DB 120.0   /* ... whose SNR counts up to this */
+
+/* baseline: low precision, SNR no more than 3 dB below the reference
+ * arm's on the same shapes (ref.c's same-precision product: fp32 block
+ * sums in the kernels' order, output rounded), unless the run declares
+ * --trades-precision (catches a kernel that loses precision, e.g. a narrow
+ * accumulator, while staying above the format's gate). */
+static void gate_baseline(const struct stats *s, const struct gate_in *g, struct verdict *v)
+{
+    if (!g->q_gate) { not_gated(v, Q_ONLY); return; }
+    double base = s->lp_snr_db < BASELINE_CAP_DB ? s->lp_snr_db : BASELINE_CAP_DB;
+    v->value = s->snr_db - base, v->limit = -BASELINE_SLACK_DB;
+    v->pass = v->value >= v->limit || g->trades;
+    snprintf(v->detail, sizeof v->detail, "SNR %.1f dB vs the reference arm's %.1f dB (ref.c, the kernels' "
+             "order in fp32; counted up to %.0f): %.1f dB apart, at most %.0f below%s%s", s->snr_db,
+             s->lp_snr_db, BASELINE_CAP_DB, v->value, BASELINE_SLACK_DB,
+             g->trades ? "; waived: --trades-precision " : "", g->trades ? g->trades : "");
+}
+
+/* The quantize-only stage's mismatches of one kind over both operands, and
+ * the first one's line. */
+static size_t q_stage_bad(const struct qrun *q, int scale, const char **at)
+{
+    size_t n = 0;
+    *at = "";
+    for (int i = 1; i >= 0; i--) {
+        size_t k = scale ? q->st[i].scale_bad : q->st[i].code_bad;
+        if (k) *at = scale ? q->st[i].scale_at : q->st[i].code_at;
+        n += k;
+    }
+    return n;
+}
+
+/* scale: low precision, the quantize-only kernel's scales equal ref.c's,
+ * bit for bit (catches a wrong amax, rounding of the scale or MX rule). */
+static void gate_scale(const struct stats *s, const struct gate_in *g, struct verdict *v)
+{
+    (void)s;
+    if (!g->q_gate) { not_gated(v, Q_ONLY); return; }
+    const char *at;
+    v->value = (double)q_stage_bad(g->q, 1, &at), v->limit = 0, v->pass = v->value == 0;
+    snprintf(v->detail, sizeof v->detail, "%.0f of %zu scales of the quantize-only kernel differ from ref.c's%s%s",
+             v->value, g->q->op[0].nblocks + g->q->op[1].nblocks, *at ? "; first: " : "", at);
+}
+
+/* conversion: low precision, the quantize-only kernel's codes equal
+ * ref.c's (round to nearest even from the exact fp32 value, saturating). */
+static void gate_conversion(const struct stats *s, const struct gate_in *g, struct verdict *v)
+{
+    (void)s;
+    if (!g->q_gate) { not_gated(v, Q_ONLY); return; }
+    const char *at;
+    v->value = (double)q_stage_bad(g->q, 0, &at), v->limit = 0, v->pass = v->value == 0;
+    snprintf(v->detail, sizeof v->detail, "%.0f code bytes of the quantize-only kernel differ from ref.c's%s%s",
+             v->value, *at ? "; first: " : "", at);
+}
+
 /* How a gate's column shows its verdict ("-" for a NaN value: not gated). */
 enum gate_fmt {
     SHOW_RATIO,   /* value / limit: <= 1 passes */
@@ -2634,11 +3277,23 @@ static const struct gate GATES[] = {
     { "in-bounds", "oob", SHOW_COUNT, gate_in_bounds },
     { "nontrivial", "ref-rms", SHOW_VALUE, gate_nontrivial },
     { "bias", "bias", SHOW_RATIO, gate_bias },
+    { "snr", "snr-gate", SHOW_DB, gate_snr },
+    { "baseline", "vs-base", SHOW_DB, gate_baseline },
+    { "scale", "scale", SHOW_COUNT, gate_scale },
+    { "conversion", "convert", SHOW_COUNT, gate_conversion },
     { "worst-tile", "tile-dB", SHOW_DB, gate_worst_tile },
     { "group", "group-dB", SHOW_DB, gate_group },
     { "determinism", "repeat", SHOW_COUNT, gate_determinism },
 };
 #define N_GATES (sizeof GATES / sizeof *GATES)
+
+/* The index of the gate named `name` in GATES. */
+static int gate_index(const char *name)
+{
+    for (size_t g = 0; g < N_GATES; g++)
+        if (strcmp(GATES[g].name, name) == 0) return (int)g;
+    die(EXIT_DEVICE, "internal: no gate %s", name);
+}
 
 /* ===== Timer ===== */
 
@@ -2742,7 +3397,7 @@ struct result {
 };
 
 /* Tallies of a whole command, for the last line and the exit code. */
-struct tally { int cases, cases_failed, outputs, outputs_failed; };
+struct tally { int cases, cases_failed, cases_skipped, outputs, outputs_failed; };
 
 static void print_machine(FILE *f, const struct device *d)
 {
@@ -2779,7 +3434,7 @@ static void print_header(void)
 {
     printf("%-*s %-3s %-7s", LABEL_W, "case", "out", "verdict");
     for (size_t g = 0; g < N_GATES; g++) printf(" %9s", GATES[g].column);
-    printf(" %7s %8s %10s %10s %10s %4s %9s %6s\n", "snr-dB", "rel-l2", "median-us", "min-us",
+    printf(" %7s %7s %8s %10s %10s %10s %4s %9s %6s\n", "snr-dB", "unq-dB", "rel-l2", "median-us", "min-us",
            "max-us", "n", "TFLOP/s", "%peak");
 }
 
@@ -2801,6 +3456,26 @@ static void format_gate(char *buf, size_t n, size_t g, const struct verdict *v)
     }
 }
 
+/* Which stages of a failed low-precision output are wrong, in pipeline
+ * order: "scale", "conversion" (the quantize-only kernel against ref.c), and
+ * "kernel math" (the product of ref.c's own quantized inputs and scales
+ * fails a gate); each as a line in why[].  Returns how many. */
+static int q_stages(const struct result *x, char why[3][256])
+{
+    int n = 0, g_scale = gate_index("scale"), g_conv = gate_index("conversion");
+    if (!x->v[g_scale].pass)
+        snprintf(why[n++], 256, "scale: the quantize-only kernel's scales differ from ref.c's");
+    if (!x->v[g_conv].pass)
+        snprintf(why[n++], 256, "conversion: the quantize-only kernel's codes differ from ref.c's");
+    char names[160] = "";
+    for (size_t g = 0; g < N_GATES; g++)
+        if (!x->v[g].pass && (int)g != g_scale && (int)g != g_conv)
+            snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s", *names ? ", " : "", GATES[g].name);
+    if (*names)
+        snprintf(why[n++], 256, "kernel math: the product of ref.c's own quantized inputs and scales fails %s", names);
+    return n;
+}
+
 /* The table row of output o; outputs computed by another output's launch
  * show "with <owner>" where the time would be. */
 static void print_row(const struct run *r, int o, const struct result *res)
@@ -2813,7 +3488,9 @@ static void print_row(const struct run *r, int o, const struct result *res)
         format_gate(buf, sizeof buf, g, &x->v[g]);
         printf(" %9s", buf);
     }
-    printf(" %7.1f %8.2e", x->s.snr_db, x->s.rel_l2);
+    printf(" %7.1f", x->s.snr_db);
+    if (isnan(x->s.hp_snr_db)) printf(" %7s", "-"); else printf(" %7.1f", x->s.hp_snr_db);
+    printf(" %8.2e", x->s.rel_l2);
     if (p->launch != o && res[p->launch].timed) {
         char with[32];
         snprintf(with, sizeof with, "with %s", r->out[p->launch].name);
@@ -2827,6 +3504,11 @@ static void print_row(const struct run *r, int o, const struct result *res)
     for (size_t g = 0; g < N_GATES; g++)
         if (!x->v[g].pass)
             printf("    FAIL %s (%s): %s\n", GATES[g].name, x->failed_when, x->v[g].detail);
+    if (r->q && !x->pass) {
+        char why[3][256];
+        int n = q_stages(x, why);
+        for (int i = 0; i < n; i++) printf("    stage: %s\n", why[i]);
+    }
 }
 
 /* A number for JSON: null when not finite. */
@@ -2873,6 +3555,19 @@ static void json_output(const struct run *r, int k, const struct result *res)
     json_num("cosine", x->s.cosine, 1);
     json_num("snr_db", x->s.snr_db, 0);
     printf("}");
+    if (r->q) {
+        char why[3][256];
+        int n = x->pass ? 0 : q_stages(x, why);
+        printf(",\"quant\":{");
+        json_str("format", QFMTS[r->q->f].name, 1);
+        json_str("scaling", QSCALING[r->c->scaling], 1);
+        if (r->c->mx) json_str("mx_rule", r->c->qrule == QR_MX_UP ? "up" : "spec", 1);
+        json_num("snr_vs_unquantised_db", x->s.hp_snr_db, 1);
+        json_num("reference_arm_snr_db", x->s.lp_snr_db, 1);
+        printf("\"stages\":[");
+        for (int i = 0; i < n; i++) printf("%s\"%.*s\"", i ? "," : "", (int)strcspn(why[i], ":"), why[i]);
+        printf("]}");
+    }
     if (x->s.worst_tile >= 0)
         printf(",\"worst_tile\":[%zu,%zu]", (size_t)x->s.worst_tile / x->s.tc,
                (size_t)x->s.worst_tile % x->s.tc);
@@ -2913,6 +3608,7 @@ static void json_case(const struct run *r, const struct result *res, int pass)
     json_str("arch", r->d->arch, 1);
     if (r->d->code) json_str("code_sha256", r->d->code->sha, 1);
     if (r->o->why) json_str("why", r->o->why, 1);
+    if (r->o->trades_precision) json_str("trades_precision", r->o->trades_precision, 1);
     if (r->o->inject) json_str("inject", r->o->inject, 1);
     json_str("verdict", pass ? "pass" : "fail", 1);
     printf("\"outputs\":[");
@@ -2993,6 +3689,15 @@ static const struct inject *run_inject(const struct run *r, enum inj_stage stage
     return inj && inj->stage == stage ? inj : NULL;
 }
 
+/* Plant the --inject fault of the quantize stage (if any) in operand op's
+ * codes and scales as read back from the quantize-only kernel. */
+static void q_stage_inject(struct run *r, struct qoperand *op, uint8_t *codes, unsigned char *scales)
+{
+    const struct inject *inj = run_inject(r, INJ_QSTAGE);
+    struct inject_ctx ix = { .r = r, .qop = op, .qcodes = codes, .qscales = scales };
+    if (inj) inj->apply(&ix);
+}
+
 /* Decode output o from its raw storage (with guard bands), planting the
  * --inject fault (if any): its values (rows x cols, caller frees);
  * *unwritten counts the elements still holding the poison bytes, *outside
@@ -3002,7 +3707,7 @@ static float *decode_output(struct run *r, int o, unsigned char *raw, double ato
 {
     const struct output *p = &r->out[o];
     size_t es = DTYPES[p->dt].bytes;
-    struct inject_ctx ix = { r, o, p, NULL, raw, atol, mix64(r->key ^ 0x696e6a) };
+    struct inject_ctx ix = { .r = r, .oi = o, .o = p, .raw = raw, .atol = atol, .key = mix64(r->key ^ 0x696e6a) };
     const struct inject *inj = run_inject(r, INJ_RAW);
     if (inj) inj->apply(&ix);
     *unwritten = *outside = 0;
@@ -3027,7 +3732,8 @@ static void check_output(struct run *r, int o, struct result *res, unsigned char
     size_t unwritten, outside;
     float *out = decode_output(r, o, raw, res->atol, &unwritten, &outside);
     struct gate_in g = { &r->out[o], &res->plan, &res->refs, out, unwritten, outside, r->out[o].dt,
-                         out_rtol(r, o), res->atol, base_atol(r, o), r->inputs_nonzero, &res->rep };
+                         out_rtol(r, o), res->atol, base_atol(r, o), r->inputs_nonzero, &res->rep,
+                         r->q, r->q ? QFMTS[r->q->f].snr_gate : 0, r->o->trades_precision };
     free(res->s.tiles);
     free(res->s.segs);
     stats_compute(&res->s, &g);
@@ -3093,7 +3799,7 @@ static void repeat_runs(struct run *r, struct result *res, unsigned char **raw1,
             struct repeat *rep = &res[k].rep;
             unsigned char *raw = download_output(r, k);
             const struct inject *inj = run_inject(r, INJ_REPEAT);
-            struct inject_ctx ix = { r, k, &r->out[k], NULL, raw, 0, 0 };
+            struct inject_ctx ix = { .r = r, .oi = k, .o = &r->out[k], .raw = raw };
             if (inj && run == 2) inj->apply(&ix);
             rep->atomics |= atomics;
             if (atomics) {
@@ -3123,11 +3829,71 @@ static int time_case(struct run *r, struct result *res, int idx, int total, FILE
             pass &= res[j].pass;
         }
         res[k].timed = pass;
+        /* fp8 matrix units run at twice the fp16 rate (sm_89+, gfx942, gfx950); FP4's rate is not known here */
         double peak = r->c->dt == DT_F32 ? r->d->peak_f32 : r->d->peak_mma16;
+        if (r->q) peak = r->q->f == Q_E2M1 ? 0 : 2 * r->d->peak_mma16;
         res[k].tflops = r->out[k].flops / (res[k].t.median_us * 1e-6) / 1e12;
         res[k].pct_peak = peak > 0 ? 100.0 * res[k].tflops * 1e12 / peak : -1;
     }
     return pass;
+}
+
+/* The fp8 encoding device d converts: FNUZ on gfx942, OCP elsewhere (the
+ * CPU included). */
+static enum fp8_enc device_fp8(const struct device *d)
+{
+    return d->kind == DEV_GPU && d->pf == PF_HIP && strcmp(d->arch_base, "gfx942") == 0 ? ENC_FNUZ : ENC_OCP;
+}
+
+/* Give a low-precision case the device's encoding unless it names one, and
+ * label it so. */
+static void q_resolve(struct kcase *c, const struct device *d)
+{
+    if (c->qfmt == Q_NONE || c->enc != ENC_DEVICE) return;
+    c->enc = device_fp8(d);
+    c->op->finish(c);
+}
+
+/* NULL if device d converts case c's low-precision format, else why not:
+ * the case is then skipped, never passed.  NVIDIA converts OCP fp8 from
+ * sm_89 on (E2M1 and E8M0 in software); gfx942 FNUZ only; gfx950 OCP and MX. */
+static const char *q_unsupported(const struct device *d, const struct kcase *c)
+{
+    static char why[200];
+    if (c->qfmt == Q_NONE || d->kind == DEV_CPU) return NULL;
+    int gfx942 = strcmp(d->arch_base, "gfx942") == 0, gfx950 = strcmp(d->arch_base, "gfx950") == 0;
+    if (d->pf == PF_CUDA && d->attr[AT_CC_MAJOR] * 10 + d->attr[AT_CC_MINOR] < 89)
+        snprintf(why, sizeof why, "%s has no fp8 conversion (NVIDIA: sm_89 and newer)", d->arch_base);
+    else if (d->pf == PF_CUDA && c->enc == ENC_FNUZ)
+        snprintf(why, sizeof why, "FNUZ is gfx942's encoding; NVIDIA GPUs convert OCP (--fp8 ocp, or --device cpu)");
+    else if (d->pf == PF_HIP && !gfx942 && !gfx950)
+        snprintf(why, sizeof why, "%s has no fp8 conversion (gfx942: FNUZ, gfx950: OCP and MX)", d->arch_base);
+    else if (gfx942 && c->mx)
+        snprintf(why, sizeof why, "MX formats need gfx950; gfx942 has no MX conversion");
+    else if (gfx942 && c->enc == ENC_OCP)
+        snprintf(why, sizeof why, "gfx942 converts the FNUZ encoding only (--fp8 fnuz)");
+    else if (gfx950 && c->enc == ENC_FNUZ)
+        snprintf(why, sizeof why, "gfx950 converts the OCP encoding only (--fp8 ocp)");
+    else
+        return NULL;
+    return why;
+}
+
+/* Report a skipped case: a table row or a JSON line. */
+static void report_skip(const struct kcase *c, const struct opts *o, const char *why)
+{
+    if (o->quiet) return;
+    if (o->json) {
+        printf("{");
+        json_str("case", c->label, 1);
+        json_str("where", c->where, 1);
+        json_str("verdict", "skip", 1);
+        json_str("reason", why, 0);
+        printf("}\n");
+    } else {
+        printf("%-*s %-3s %-7s %s\n", LABEL_W, c->label, "-", "skip", why);
+    }
+    fflush(stdout);
 }
 
 /* The whole pipeline for one case: inputs, references, poisoned outputs,
@@ -3137,6 +3903,12 @@ static int time_case(struct run *r, struct result *res, int idx, int total, FILE
 static int run_case(const struct kcase *c, struct device *d, const struct opts *o, int idx,
                     int total, struct tally *tl, unsigned *failed_gates)
 {
+    const char *skip = q_unsupported(d, c);
+    if (skip) {
+        report_skip(c, o, skip);
+        tl->cases++, tl->cases_skipped++;
+        return 1;
+    }
     check_tolerance(o, c->dt, c->where);
     const struct inject *inj = o->inject ? find_inject(o->inject) : NULL;
     if (inj && inj->unfit && inj->unfit(c))
@@ -3162,6 +3934,7 @@ static int run_case(const struct kcase *c, struct device *d, const struct opts *
         else
             fprintf(progress, "double and same-precision %.2f s\n", res[k].refs.ref_s);
     }
+    if (r.q) q_stage(&r);
     launch_all(&r);
     unsigned char **raw1 = xcalloc((size_t)r.nout, sizeof *raw1);
     for (int k = 0; k < r.nout; k++) raw1[k] = download_output(&r, k);
@@ -3246,6 +4019,7 @@ static void print_why(const struct opts *o)
     if (o->atol >= 0) snprintf(at, sizeof at, "%g", o->atol);
     if (o->rtol >= 0 || o->atol >= 0)
         printf("tolerance: rtol %s, atol %s (why: %s)\n", rt, at, o->why ? o->why : "none given");
+    if (o->trades_precision) printf("trades precision: the baseline SNR rule is waived (why: %s)\n", o->trades_precision);
     if (o->inject) {
         const struct inject *inj = find_inject(o->inject);
         printf("inject: %s (%s; the %s gate must catch it)\n", inj->name, inj->what, inj->gate);
@@ -3262,17 +4036,21 @@ static int cmd_run(struct kcase *cases, size_t n, const struct opts *o)
     fprintf(summary, "  %-12s %" PRIu64 "\n", "seed:", o->seed);
     fprintf(summary, "  %-12s %d run%s per case%s\n\n", "repeat:", o->repeat, o->repeat == 1 ? "" : "s",
             o->repeat > 1 ? " (outputs bitwise equal, or gated when a kernel declares atomics)" : "");
-    for (size_t i = 0; i < n; i++)
+    for (size_t i = 0; i < n; i++) {
+        q_resolve(&cases[i], &d);
         if ((int)strlen(cases[i].label) > LABEL_W) LABEL_W = (int)strlen(cases[i].label);
+    }
     if (!o->json) {
         print_why(o);
         print_header();
     }
     struct tally tl = { 0 };
     for (size_t i = 0; i < n; i++) run_case(&cases[i], &d, o, (int)i + 1, (int)n, &tl, NULL);
-    fprintf(summary, "\nkgate: %d case%s, %d output%s: %d passed, %d failed\n", tl.cases,
+    fprintf(summary, "\nkgate: %d case%s, %d output%s: %d passed, %d failed", tl.cases,
             tl.cases == 1 ? "" : "s", tl.outputs, tl.outputs == 1 ? "" : "s",
             tl.outputs - tl.outputs_failed, tl.outputs_failed);
+    if (tl.cases_skipped) fprintf(summary, "; %d case%s skipped", tl.cases_skipped, tl.cases_skipped == 1 ? "" : "s");
+    fputc('\n', summary);
     close_device(&d);
     return tl.cases_failed ? EXIT_GATE : EXIT_PASS;
 }
@@ -3322,6 +4100,32 @@ static void st_report(struct selftest *st, int ok, const char *fmt, ...)
 
 /* Every fp16 and bf16 code decodes and re-encodes to itself (NaN to a NaN),
  * and the rounding boundaries land where IEEE round-to-nearest-even says. */
+/* Block scaling by ref.c's quantizer on closed forms: an fp8 block's scale
+ * is fmax/amax (stored as its reciprocal); the MX rules differ on a block
+ * whose amax is above the element max times 2^floor(log2 amax) - emax; a
+ * NaN anywhere makes its block's scale NaN (fmaxf would skip it). */
+static void st_quantizer(struct selftest *st)
+{
+    float x[8] = { 0.5f, -1.0f, 0.25f, 0.0f, 0.98828125f, 0.1f, NAN, 0.3f };
+    uint8_t q[8] = { 0 }, e8[2] = { 0 };
+    float s[2] = { 0 };
+    struct qgrid g = { 1, 2, 4, 1, 4 };    /* two rows, one scale each */
+    q_quantize(x, &g, Q_E4M3, QR_AMAX, q, s, e8);
+    int ok = s[0] == 1.0f / 448.0f && q[1] == 0xfe && q[0] == 0x76 && isnan(s[1]) && q[7] == 0x7f;
+    st_report(st, ok, "fp8 rowwise: scale 448/amax, -amax -> 0xfe (-448), 0.5 -> 0x76 (224); a NaN makes its "
+              "row's scale and codes NaN");
+    q_quantize(x, &g, Q_E4M3, QR_MX_SPEC, q, s, e8);
+    int spec = e8[0] == 127 - 8 && q[1] == 0xf8 && e8[1] == 0xff;   /* -1 * 2^8 = -256 */
+    float y[4] = { 0.9f, 0.1f, 0.2f, 0.3f };
+    struct qgrid h = { 1, 1, 4, 1, 4 };
+    q_quantize(y, &h, Q_E2M1, QR_MX_SPEC, q, s, e8);
+    spec &= e8[0] == 127 - 3 && (q[0] & 0xf) == 0x7;                /* 0.9 * 2^3 = 7.2 saturates to 6 */
+    q_quantize(y, &h, Q_E2M1, QR_MX_UP, q, s, e8);
+    spec &= e8[0] == 127 - 2 && (q[0] & 0xf) == 0x6;                /* up: 2^-2, 0.9 * 4 = 3.6 -> 4 */
+    st_report(st, spec, "MX scales: the spec rule 2^(floor(log2 amax) - emax) clips FP4 0.9 to 6 x 2^-3, the "
+              "round-up rule does not; a NaN block gets E8M0 0xFF");
+}
+
 static void st_formats(struct selftest *st)
 {
     int bad16 = 0, badbf = 0;
@@ -3445,7 +4249,7 @@ static void st_sha256(struct selftest *st)
 
 /* Run one selftest case ("op options...") with fault `inj` (or none) and
  * `repeat` runs; returns 1 if it passed and sets *failed to the gates that
- * failed. */
+ * failed; -1 (and a "skip" line) if the device lacks the case's format. */
 static int st_run(struct device *d, const struct opts *base, const char *args, const struct inject *inj,
                   int repeat, struct kcase *c, unsigned *failed)
 {
@@ -3456,6 +4260,13 @@ static int st_run(struct device *d, const struct opts *base, const char *args, c
         argv[argc++] = t;
     case_init(c, find_op(argv[0]), "selftest");
     parse_case_args(c, NULL, argc, argv, 1, 0);
+    q_resolve(c, d);
+    const char *skip = q_unsupported(d, c);
+    if (skip) {
+        printf("  skip %s: %s\n", c->label, skip);
+        case_free(c);
+        return -1;
+    }
     struct opts o = *base;
     o.quiet = 1, o.inject = inj ? inj->name : NULL, o.repeat = repeat;
     struct tally tl = { 0 };
@@ -3471,6 +4282,7 @@ static const char *st_case_for(const struct inject *inj)
 {
     if (strcmp(inj->name, "group") == 0) return "grouped --dtype bf16 --groups 0,77,1,130,0 --shape 96x70 --bwd";
     if (strcmp(inj->name, "mask") == 0) return "attn --dtype bf16 --seq 113:203 --heads 4:2 --dim 64 --causal --bwd";
+    if (inj->unfit == inj_needs_quant) return "gemm --dtype e4m3 --scaling block --shape 300x260x300";
     return "gemm --dtype bf16 --layout NT --shape 300x260x70";
 }
 
@@ -3485,18 +4297,24 @@ static void st_gates(struct selftest *st, struct device *d, const struct opts *b
         "grouped --dtype f16 --layout NN --groups 0,65,1,130,0 --shape 70x33 --bwd",
         "attn --dtype bf16 --seqlens 0,37,130:70,5:0 --heads 4:2 --dim 80 --causal --bwd",
         "attn --dtype f16 --seq 239:1 --heads 2:1 --dim 64 --causal --bwd",
+        "gemm --dtype e4m3 --scaling row --shape 200x150x96",
+        "gemm --dtype e5m2 --scaling block --out f32 --shape 129x131x300",
+        "gemm --dtype mxfp4 --mx-rule up --shape 130x70x101",
+        "grouped --dtype mxfp8 --groups 0,65,1,130 --shape 70x96",
     };
     struct kcase c;
     unsigned failed;
     char label[160];
     for (size_t i = 0; i < sizeof clean / sizeof *clean; i++) {
         int pass = st_run(d, base, clean[i], NULL, 2, &c, &failed);
+        if (pass < 0) continue;
         snprintf(label, sizeof label, "%s", c.label);
         st_report(st, pass, "clean %s passes every gate, 2 runs bitwise equal", label);
     }
     for (size_t i = 0; i < N_INJECTS; i++) {
         const struct inject *inj = &INJECTS[i];
         int pass = st_run(d, base, st_case_for(inj), inj, inj->stage == INJ_REPEAT ? 2 : 1, &c, &failed);
+        if (pass < 0) continue;
         size_t g = 0;
         while (g < N_GATES && strcmp(GATES[g].name, inj->gate) != 0) g++;
         char names[256] = "";
@@ -3517,6 +4335,7 @@ static int cmd_selftest(const struct opts *o)
     printf("host checks\n");
     st_sha256(&st);
     st_formats(&st);
+    st_quantizer(&st);
     st_references(&st);
     st_sampling(&st);
     struct device d;
@@ -3526,6 +4345,93 @@ static int cmd_selftest(const struct opts *o)
     close_device(&d);
     printf("selftest: %d passed, %d failed\n", st.passed, st.failed);
     return st.failed ? EXIT_GATE : EXIT_PASS;
+}
+
+/* --- codec --- */
+
+/* A format name of `kgate codec`: an element format (e4m3/e5m2 in the
+ * encoding `enc` names, e4m3fnuz, e5m2fnuz, e2m1), or e8m0 (returns Q_COUNT). */
+static enum qfmt codec_format(const char *s, const char *enc)
+{
+    int fnuz = enc && strcmp(enc, "fnuz") == 0;
+    if (enc && !fnuz && strcmp(enc, "ocp") != 0) die(EXIT_USAGE, "codec: --fp8 %s: expected ocp or fnuz", enc);
+    if (enc && strcmp(s, "e4m3") != 0 && strcmp(s, "e5m2") != 0)
+        die(EXIT_USAGE, "codec: --fp8 applies to e4m3 and e5m2, not %s", s);
+    if (strcmp(s, "e8m0") == 0) return Q_COUNT;
+    if (strcmp(s, "e4m3") == 0) return fnuz ? Q_E4M3_FNUZ : Q_E4M3;
+    if (strcmp(s, "e5m2") == 0) return fnuz ? Q_E5M2_FNUZ : Q_E5M2;
+    for (int f = 0; f < Q_COUNT; f++)
+        if (strcmp(s, QFMTS[f].name) == 0) return (enum qfmt)f;
+    die(EXIT_USAGE, "codec: unknown format '%s' (e4m3, e5m2, e4m3fnuz, e5m2fnuz, e2m1, e8m0)", s);
+}
+
+/* A value as codec prints it: %.9g, NaN always "nan". */
+static void codec_value(float v)
+{
+    if (isnan(v)) printf("nan");
+    else printf("%.9g", v);
+}
+
+/* Encode one value written as text (an fp32 value: decimal, hex float,
+ * nan, inf); exit 2 if it is not one. */
+static void codec_encode(enum qfmt f, const char *text)
+{
+    char *end;
+    errno = 0;
+    float v = strtof(text, &end);
+    if (end == text || *end) die(EXIT_USAGE, "codec: '%s' is not a number", text);
+    if (errno == ERANGE && isinf(v)) die(EXIT_USAGE, "codec: %s is beyond fp32's range", text);
+    unsigned code = q_encode(f, v);
+    printf("%s 0x%02x ", text, code);
+    codec_value(q_decode(f, code));
+    putchar('\n');
+}
+
+/* kgate codec FORMAT [--fp8 ocp|fnuz] (--decode-all | X ... | < lines):
+ * ref.c's own decoders and encoders, for tests and for a kernel engineer's
+ * questions ("what does 0x7e mean in e4m3fnuz?"). */
+static int cmd_codec(int argc, char **argv)
+{
+    const char *fmt = NULL, *enc = NULL;
+    int decode_all = 0, nvalues = 0;
+    char **values = xmalloc((size_t)argc * sizeof *values);
+    for (int i = 2; i < argc; i++) {
+        if (strcmp(argv[i], "--fp8") == 0) {
+            if (i + 1 == argc) die(EXIT_USAGE, "codec: --fp8 needs ocp or fnuz");
+            enc = argv[++i];
+        } else if (strcmp(argv[i], "--decode-all") == 0) {
+            decode_all = 1;
+        } else if (!fmt) {
+            fmt = argv[i];
+        } else {
+            values[nvalues++] = argv[i];
+        }
+    }
+    if (!fmt) die(EXIT_USAGE, "codec: give a format (e4m3, e5m2, e4m3fnuz, e5m2fnuz, e2m1, e8m0)");
+    enum qfmt f = codec_format(fmt, enc);
+    if (decode_all) {
+        if (nvalues) die(EXIT_USAGE, "codec: --decode-all takes no values");
+        unsigned n = f == Q_COUNT ? 256 : 1u << q_bits(f);
+        for (unsigned c = 0; c < n; c++) {
+            printf("0x%02x ", c);
+            codec_value(f == Q_COUNT ? e8m0_decode(c) : q_decode(f, c));
+            putchar('\n');
+        }
+        return EXIT_PASS;
+    }
+    if (f == Q_COUNT) die(EXIT_USAGE, "codec: e8m0 is decode-only (--decode-all)");
+    for (int i = 0; i < nvalues; i++) codec_encode(f, values[i]);
+    if (nvalues) { free(values); return EXIT_PASS; }
+    free(values);
+    char line[256];
+    for (int n = 1; fgets(line, sizeof line, stdin); n++) {
+        size_t len = strlen(line);
+        if (len == sizeof line - 1 && line[len - 1] != '\n' && !feof(stdin))
+            die(EXIT_USAGE, "codec: stdin line %d: longer than %zu characters", n, sizeof line - 2);
+        while (len && isspace((unsigned char)line[len - 1])) line[--len] = 0;
+        if (*line) codec_encode(f, line);
+    }
+    return EXIT_PASS;
 }
 
 /* --- isa --- */
@@ -3717,10 +4623,13 @@ static const char USAGE[] =
     "  selftest                              prove every gate against clean runs and planted faults\n"
     "  isa       [--arch A]                  compile kernels.hip for A (sm_90a, gfx942, ...; default\n"
     "                                        GPU 0) and count each kernel's matrix instructions\n"
+    "  codec     FORMAT [--fp8 ocp|fnuz] (--decode-all | X ...)\n"
+    "                                        ref.c's codecs: e4m3, e5m2, e4m3fnuz, e5m2fnuz, e2m1,\n"
+    "                                        e8m0 (decode only); values from stdin when none given\n"
     "\n"
     "case options:\n"
     "  --dtype D        f32, f16, bf16 (default bf16; attn: f16, bf16); inputs and outputs,\n"
-    "                   fp32 accumulation\n"
+    "                   fp32 accumulation; gemm and grouped also take the low-precision dtypes\n"
     "  --layout L       gemm: NN, NT, TN, TT (default NT): A then B; N = A [M][K], B [K][N];\n"
     "                   T = A stored [K][M], B stored [N][K].  grouped: NN (B [G][K][N]) or\n"
     "                   NT (B [G][N][K]); A is [sum M][K]\n"
@@ -3735,6 +4644,14 @@ static const char USAGE[] =
     "  --scale X        attn: softmax scale (default 1/sqrt(D))\n"
     "  --bwd            the backward outputs too, each gated\n"
     "\n"
+    "low precision (gemm and grouped; layout NT, forward; gated by SNR, README):\n"
+    "  --dtype e4m3|e5m2 [--scaling tensor|row|block]   fp8, fp32 scales (default tensor; block:\n"
+    "                   A 1x128, B 128x128)\n"
+    "  --dtype mxfp8|mxfp8e5m2|mxfp4 [--mx-rule spec|up]   MX: blocks of 32, E8M0 scales; spec\n"
+    "                   (default): the OCP MX rule, up: rounded up (NVIDIA, TransformerEngine)\n"
+    "  --out bf16|f32   the output (default bf16)\n"
+    "  --fp8 ocp|fnuz   the fp8 encoding (default: the device's; OCP on NVIDIA and the CPU)\n"
+    "\n"
     "run options:\n"
     "  --device N|cpu   GPU N (default 0), or cpu: ref.c's candidate runs the same pipeline\n"
     "  --kernels FILE   compile FILE instead of the embedded kernels.hip (same entry points)\n"
@@ -3747,10 +4664,13 @@ static const char USAGE[] =
     "                   gradients: see README); looser than the default needs --why \"reason\"\n"
     "  --why TEXT       the reason for a looser tolerance, printed in the report\n"
     "  --inject KIND    plant a fault in the candidate's output: tile, tail, nan, bias, drop,\n"
-    "                   row, unwritten, outside, group, mask, race; the gate meant for it must fail\n"
+    "                   row, unwritten, outside, group, mask, race; low precision: scale, quant,\n"
+    "                   precision; the gate meant for it must fail\n"
+    "  --trades-precision TEXT  low precision: waive the 3 dB baseline rule, for this reason\n"
     "  --json           one JSON object per case on stdout (the summary goes to stderr)\n"
     "\n"
-    "exit: 0 every gate passed, 1 a gate failed, 2 bad usage or input, 3 no GPU runtime,\n"
+    "exit: 0 every gate passed (skipped cases: the device lacks their format), 1 a gate failed,\n"
+    "      2 bad usage or input, 3 no GPU runtime,\n"
     "      5 device, kernel or compiler error\n"
     "environment: KGATE_CACHE (code-object cache dir), KGATE_THREADS, KGATE_NVRTC,\n"
     "      KGATE_HIPRTC, KGATE_CUDA, KGATE_HIP (library paths), KGATE_COMPILE_TIMEOUT (s)\n";
@@ -3758,6 +4678,7 @@ static const char USAGE[] =
 int main(int argc, char **argv)
 {
     if (argc < 2) die(EXIT_USAGE, "no command given (kgate --help lists them)");
+    if (strcmp(argv[1], "codec") == 0) return cmd_codec(argc, argv);
     if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "help") == 0) {
         fputs(USAGE, stdout);
         return EXIT_PASS;

@@ -13,6 +13,9 @@
  * (C = A·B, dA = dC·Bᵀ, dB = Aᵀ·dC); a grouped GEMM is one product per group.
  * Attention has its own section: references one (token, head) row at a time,
  * and a flash-style CPU candidate.  It needs KG_ATTN_DMAX from kgate.c.
+ * Low precision has two: the fp8/FP4/E8M0 codecs and block quantizer (the
+ * contract kernels.hip's kg_quantize meets byte for byte), and products of
+ * quantized operands (decoded codes times per-block scales, K contiguous).
  */
 
 /* ===== Number formats ===== */
@@ -113,6 +116,190 @@ static float dt_load(enum dtype t, const void *p, size_t i)
     case DT_BF16: return f32_from_bf16(((const uint16_t *)p)[i]);
     default:      return ((const float *)p)[i];
     }
+}
+
+/* ===== Low-precision formats: fp8, FP4 and the E8M0 scale ===== */
+
+/* Element formats of quantized operands (the same numbers as kernels.hip's
+ * `fmt`).  OCP ("fn") is the encoding of NVIDIA and gfx950, FNUZ that of
+ * gfx942: the same bits mean different values (notes/lowprec.md). */
+enum qfmt { Q_E4M3, Q_E5M2, Q_E4M3_FNUZ, Q_E5M2_FNUZ, Q_E2M1, Q_COUNT, Q_NONE = -1 };
+
+struct qfmt_info {
+    const char *name;
+    int ebits, mbits, bias;
+    double max;             /* largest finite magnitude */
+    int fnuz;               /* 0x80 is the only NaN; no -0, no inf */
+    int has_inf;            /* OCP E5M2: exponent all ones, mantissa 0 */
+    unsigned nan_code;      /* what NaN encodes to (E2M1 has no NaN: its max) */
+    int emax;               /* floor(log2(max)): MX's emax_elem */
+    double snr_gate;        /* dB a GEMM must reach against the reference on the same quantized inputs */
+};
+
+static const struct qfmt_info QFMTS[Q_COUNT] = {
+    [Q_E4M3]      = { "e4m3",     4, 3, 7,  448,   0, 0, 0x7f, 8,  25 },
+    [Q_E5M2]      = { "e5m2",     5, 2, 15, 57344, 0, 1, 0x7e, 15, 20 },
+    [Q_E4M3_FNUZ] = { "e4m3fnuz", 4, 3, 8,  240,   1, 0, 0x80, 7,  25 },
+    [Q_E5M2_FNUZ] = { "e5m2fnuz", 5, 2, 16, 57344, 1, 0, 0x80, 15, 20 },
+    [Q_E2M1]      = { "e2m1",     2, 1, 1,  6,     0, 0, 0x07, 2,  10 },
+};
+
+static int q_bits(enum qfmt f) { return 1 + QFMTS[f].ebits + QFMTS[f].mbits; }
+
+/* The exact value of `code` in format f (NaN and inf as the format says). */
+static float q_decode(enum qfmt f, unsigned code)
+{
+    const struct qfmt_info *q = &QFMTS[f];
+    int bits = q_bits(f);
+    unsigned sign = code >> (bits - 1) & 1u, mag = code & ((1u << (bits - 1)) - 1u);
+    unsigned e = mag >> q->mbits, m = mag & ((1u << q->mbits) - 1u), eall = (1u << q->ebits) - 1u;
+    if (q->fnuz && code == 0x80) return NAN;
+    if (bits == 8 && !q->fnuz && e == eall) {
+        if (q->has_inf) return m ? NAN : sign ? -INFINITY : INFINITY;
+        if (m == (1u << q->mbits) - 1u) return NAN;
+    }
+    double v = e ? ldexp((double)((1u << q->mbits) + m), (int)e - q->bias - q->mbits)
+                 : ldexp((double)m, 1 - q->bias - q->mbits);
+    return (float)(sign ? -v : v);
+}
+
+/* f's code of magnitude a (finite, representable, <= max), sign bit clear. */
+static unsigned q_code_of(enum qfmt f, double a)
+{
+    const struct qfmt_info *q = &QFMTS[f];
+    int e, emin = 1 - q->bias;
+    if (a == 0) return 0;
+    frexp(a, &e);
+    e -= 1;                                   /* a in [2^e, 2^(e+1)) */
+    if (e < emin) return (unsigned)(a / ldexp(1.0, emin - q->mbits));   /* subnormal */
+    return (unsigned)(e + q->bias) << q->mbits | (unsigned)(a / ldexp(1.0, e - q->mbits) - (1 << q->mbits));
+}
+
+/* float -> format f: round to nearest even from the exact value, saturating
+ * (finite overflow and inf give ±max; FNUZ: inf gives NaN), NaN to the
+ * format's NaN code; FNUZ zero is always 0x00, OCP keeps the sign of zero. */
+static unsigned q_encode(enum qfmt f, float v)
+{
+    const struct qfmt_info *q = &QFMTS[f];
+    unsigned sign = signbit(v) ? 1u << (q_bits(f) - 1) : 0;
+    if (isnan(v) || (isinf(v) && q->fnuz)) return q->nan_code;
+    double a = isinf(v) ? q->max : fabs((double)v), t, fl, r;
+    int e, emin = 1 - q->bias;
+    frexp(a, &e);
+    e = a == 0 || e - 1 < emin ? emin : e - 1;
+    double quantum = ldexp(1.0, e - q->mbits);   /* the spacing of f's values around a */
+    t = a / quantum, fl = floor(t);              /* exact: a has 24 bits, quantum is 2^n */
+    r = t - fl > 0.5 || (t - fl == 0.5 && fmod(fl, 2.0) != 0) ? fl + 1 : fl;
+    a = r * quantum > q->max ? q->max : r * quantum;
+    if (a == 0) return q->fnuz ? 0 : sign;
+    return sign | q_code_of(f, a);
+}
+
+/* The code next to `code` on the other side of v: the rounding that round to
+ * nearest even did not choose (for an exactly representable v, one step
+ * toward zero, or up from zero).  The planted `quant` fault. */
+static unsigned q_wrong_way(enum qfmt f, float v, unsigned code)
+{
+    unsigned sbit = 1u << (q_bits(f) - 1), mag = code & (sbit - 1u), top = q_code_of(f, QFMTS[f].max);
+    double got = fabs((double)q_decode(f, code)), want = fabs((double)v);
+    if ((got < want && mag < top) || mag == 0) mag++;
+    else mag--;
+    if (QFMTS[f].fnuz && mag == 0) return 0;
+    return (code & sbit) | mag;
+}
+
+/* An E8M0 scale byte: 2^(c - 127); 0xFF is NaN. */
+static float e8m0_decode(unsigned c) { return c == 0xff ? NAN : ldexpf(1.0f, (int)c - 127); }
+
+/* How a block of values gets its scale. */
+enum qrule {
+    QR_AMAX,      /* scale = fmax / max(amax, 1e-12), stored as its fp32 reciprocal */
+    QR_MX_SPEC,   /* MX, the OCP spec: 2^(floor(log2 amax) - emax_elem), E8M0 */
+    QR_MX_UP,     /* MX, rounded up (NVIDIA, TransformerEngine): the smallest 2^e with amax <= max·2^e */
+};
+
+/* batch matrices of rows x cols, cut into scale blocks of gr x gc (the last
+ * ones partial); block (z, bi, bj) has index (z*nbr + bi)*nbc + bj. */
+struct qgrid { size_t batch, rows, cols, gr, gc; };
+
+static size_t qgrid_nbr(const struct qgrid *g) { return (g->rows + g->gr - 1) / g->gr; }
+static size_t qgrid_nbc(const struct qgrid *g) { return (g->cols + g->gc - 1) / g->gc; }
+static size_t qgrid_blocks(const struct qgrid *g) { return g->batch * qgrid_nbr(g) * qgrid_nbc(g); }
+
+/* Bytes per row of codes: one per element, FP4 two per byte (element 2j in
+ * the low nibble; an odd row's last high nibble is 0). */
+static size_t q_row_bytes(enum qfmt f, size_t cols) { return f == Q_E2M1 ? (cols + 1) / 2 : cols; }
+
+static unsigned q_get(enum qfmt f, const uint8_t *codes, size_t rowbytes, size_t r, size_t c)
+{
+    if (f != Q_E2M1) return codes[r * rowbytes + c];
+    return codes[r * rowbytes + c / 2] >> (c % 2 * 4) & 0xfu;
+}
+
+static void q_put(enum qfmt f, uint8_t *codes, size_t rowbytes, size_t r, size_t c, unsigned code)
+{
+    if (f != Q_E2M1) { codes[r * rowbytes + c] = (uint8_t)code; return; }
+    uint8_t *b = &codes[r * rowbytes + c / 2];
+    *b = (uint8_t)(c % 2 ? (*b & 0x0fu) | code << 4 : (*b & 0xf0u) | code);
+}
+
+/* The MX shared exponent of a block with largest magnitude amax, in
+ * [-127, 127]; 128 (the E8M0 NaN 0xFF) when amax is NaN. */
+static int mx_exponent(enum qfmt f, enum qrule rule, float amax)
+{
+    if (isnan(amax)) return 128;
+    if (!(amax > 0)) return -127;
+    int e = ilogbf(amax) - QFMTS[f].emax;
+    if (rule == QR_MX_UP && (double)amax > ldexp(QFMTS[f].max, e)) e++;
+    return e < -127 ? -127 : e > 127 ? 127 : e;
+}
+
+/* One scale block of x: its rows and columns, and what scales its
+ * values: scale (QR_AMAX: x·scale, scale = fmax / max(amax, 1e-12) in
+ * fp32) or e (MX: x·2^-e, exact).  A NaN anywhere in the block makes amax
+ * NaN (never fmaxf, which would skip it), so its scale and codes NaN. */
+struct qblock { size_t r0, r1, c0, c1; float scale; int e; };
+
+static struct qblock q_block(const float *x, const struct qgrid *g, enum qfmt f, enum qrule rule, size_t b)
+{
+    size_t nbr = qgrid_nbr(g), nbc = qgrid_nbc(g), z = b / (nbr * nbc), bi = b / nbc % nbr, bj = b % nbc;
+    struct qblock k = { z * g->rows + bi * g->gr, 0, bj * g->gc, 0, 0, 0 };
+    k.r1 = k.r0 + g->gr < (z + 1) * g->rows ? k.r0 + g->gr : (z + 1) * g->rows;
+    k.c1 = k.c0 + g->gc < g->cols ? k.c0 + g->gc : g->cols;
+    float amax = 0;
+    for (size_t r = k.r0; r < k.r1; r++)
+        for (size_t c = k.c0; c < k.c1; c++)
+            if (!(fabsf(x[r * g->cols + c]) <= amax) && !isnan(amax)) amax = fabsf(x[r * g->cols + c]);   /* NaN sticks */
+    if (rule == QR_AMAX) k.scale = (float)QFMTS[f].max / (amax > 1e-12f || isnan(amax) ? amax : 1e-12f);
+    else k.e = mx_exponent(f, rule, amax);
+    return k;
+}
+
+/* Value v of block k, scaled for encoding. */
+static float q_scaled(const struct qblock *k, enum qrule rule, float v)
+{
+    return rule == QR_AMAX ? v * k->scale : k->e == 128 ? NAN : ldexpf(v, -k->e);
+}
+
+/* Quantize x (batch x rows x cols, row-major) to format f as `rule` says,
+ * one scale per block of g: codes (batch*rows rows of q_row_bytes; an odd
+ * FP4 row's last high nibble 0), and per block either s (QR_AMAX: the
+ * dequantisation scale 1/scale, fp32) or e8 (MX: the E8M0 byte).  The
+ * contract of kernels.hip's kg_quantize, which must agree byte for byte. */
+static void q_quantize(const float *x, const struct qgrid *g, enum qfmt f, enum qrule rule, uint8_t *codes,
+                       float *s, uint8_t *e8)
+{
+    size_t rb = q_row_bytes(f, g->cols);
+    for (size_t b = 0; b < qgrid_blocks(g); b++) {
+        struct qblock k = q_block(x, g, f, rule, b);
+        if (rule == QR_AMAX) s[b] = 1.0f / k.scale;
+        else e8[b] = (uint8_t)(k.e + 127);
+        for (size_t r = k.r0; r < k.r1; r++)
+            for (size_t c = k.c0; c < k.c1; c++)
+                q_put(f, codes, rb, r, c, q_encode(f, q_scaled(&k, rule, x[r * g->cols + c])));
+    }
+    if (f == Q_E2M1 && g->cols % 2)
+        for (size_t r = 0; r < g->batch * g->rows; r++) q_put(f, codes, rb, r, g->cols, 0);
 }
 
 /* ===== Thread pool ===== */
@@ -337,6 +524,118 @@ static void cpu_candidate_gemm(enum dtype t, const float *x, const float *y, siz
     for (size_t i = 0; i < rows; i++)
         for (size_t j = 0; j < cols; j++)
             dt_store(t, c, (size_t)((int64_t)i * scm + (int64_t)j * scn), acc[i * cols + j]);
+    free(acc);
+}
+
+/* ===== Products of quantized operands ===== */
+
+/* A product of quantized operands, the way kgate's kernels define it:
+ *   out[i][j] = sum over K-blocks kb of (sx(i,kb) · sy(j,kb)) · P_kb(i,j),
+ *   P_kb(i,j) = sum over k in [kb·gk, min(inner, (kb+1)·gk)) of x[i][k] · y[j][k]
+ * x (rows x inner) and y (cols x inner: B stored [N][K]) hold the decoded
+ * codes (exact floats); sx[((xrow0 + i) / grx)·nkb + kb] and
+ * sy[(j / gry)·nkb + kb] the dequantisation scales, nkb = ceil(inner / gk). */
+struct qprod {
+    const float *x, *y, *sx, *sy;
+    size_t rows, cols, inner, xrow0, grx, gry, gk;
+};
+
+static size_t qprod_nkb(const struct qprod *p) { return (p->inner + p->gk - 1) / p->gk; }
+
+/* Element (i, j) in double: the reference (exact products, double sums). */
+static double qprod_f64(const struct qprod *p, size_t i, size_t j)
+{
+    const float *x = p->x + i * p->inner, *y = p->y + j * p->inner;
+    const float *sx = p->sx + (p->xrow0 + i) / p->grx * qprod_nkb(p), *sy = p->sy + j / p->gry * qprod_nkb(p);
+    double acc = 0;
+    for (size_t kb = 0, k0 = 0; k0 < p->inner; kb++, k0 += p->gk) {
+        size_t k1 = k0 + p->gk < p->inner ? k0 + p->gk : p->inner, k = k0;
+        double s[4] = { 0, 0, 0, 0 };
+        for (; k + 4 <= k1; k += 4)
+            for (int l = 0; l < 4; l++) s[l] += (double)x[k + l] * y[k + l];
+        for (; k < k1; k++) s[0] += (double)x[k] * y[k];
+        acc += (double)sx[kb] * (double)sy[kb] * ((s[0] + s[1]) + (s[2] + s[3]));
+    }
+    return acc;
+}
+
+/* Element (i, j) in fp32 in the kernels' order: each P_kb summed over k in
+ * order, then acc = fma(P_kb, sx·sy, acc).  The same-precision reference. */
+static float qprod_f32(const struct qprod *p, size_t i, size_t j)
+{
+    const float *x = p->x + i * p->inner, *y = p->y + j * p->inner;
+    const float *sx = p->sx + (p->xrow0 + i) / p->grx * qprod_nkb(p), *sy = p->sy + j / p->gry * qprod_nkb(p);
+    float acc = 0;
+    for (size_t kb = 0, k0 = 0; k0 < p->inner; kb++, k0 += p->gk) {
+        size_t k1 = k0 + p->gk < p->inner ? k0 + p->gk : p->inner;
+        float part = 0;
+        for (size_t k = k0; k < k1; k++) part = fmaf(x[k], y[k], part);
+        acc = fmaf(part, sx[kb] * sy[kb], acc);
+    }
+    return acc;
+}
+
+/* Element (i, j) as the CPU candidate computes it: P_kb in four interleaved
+ * fp32 partial sums, then as qprod_f32.  Not the lp reference's order. */
+static float qprod_cpu(const struct qprod *p, size_t i, size_t j)
+{
+    const float *x = p->x + i * p->inner, *y = p->y + j * p->inner;
+    const float *sx = p->sx + (p->xrow0 + i) / p->grx * qprod_nkb(p), *sy = p->sy + j / p->gry * qprod_nkb(p);
+    float acc = 0;
+    for (size_t kb = 0, k0 = 0; k0 < p->inner; kb++, k0 += p->gk) {
+        size_t k1 = k0 + p->gk < p->inner ? k0 + p->gk : p->inner, k = k0;
+        kg_v4f v = { 0, 0, 0, 0 };
+        for (; k + 4 <= k1; k += 4) {
+            kg_v4f a, b;
+            memcpy(&a, x + k, sizeof a), memcpy(&b, y + k, sizeof b);
+            v += a * b;
+        }
+        float part = (v[0] + v[1]) + (v[2] + v[3]);
+        for (; k < k1; k++) part = fmaf(x[k], y[k], part);
+        acc = fmaf(part, sx[kb] * sy[kb], acc);
+    }
+    return acc;
+}
+
+/* out[r][c] = element (rows[r], cols[c]) of p, by `kind` (ACC_F64: double
+ * out, ACC_F32_SEQ: qprod_f32, ACC_F32_TILED: qprod_cpu; float out).  rows
+ * or cols NULL: all of them (nr, nc the counts). */
+struct qsel_job {
+    enum acc_kind kind;
+    const struct qprod *p;
+    const uint32_t *rows, *cols;
+    size_t nc;
+    void *out;
+};
+
+static void qsel_item(void *ctx, size_t r)
+{
+    const struct qsel_job *j = ctx;
+    size_t i = j->rows ? j->rows[r] : r;
+    for (size_t c = 0; c < j->nc; c++) {
+        size_t col = j->cols ? j->cols[c] : c;
+        if (j->kind == ACC_F64) ((double *)j->out)[r * j->nc + c] = qprod_f64(j->p, i, col);
+        else ((float *)j->out)[r * j->nc + c] = j->kind == ACC_F32_SEQ ? qprod_f32(j->p, i, col)
+                                                                       : qprod_cpu(j->p, i, col);
+    }
+}
+
+static void qprod_select(enum acc_kind kind, const struct qprod *p, const uint32_t *rows, size_t nr,
+                         const uint32_t *cols, size_t nc, void *out)
+{
+    struct qsel_job j = { kind, p, rows, cols, nc, out };
+    par_for(nr, qsel_item, &j);
+}
+
+/* The CPU "kernel" of a quantized product: every element as qprod_cpu,
+ * rounded to dtype t and stored at i*scm + j*scn of raw buffer c. */
+static void cpu_candidate_qgemm(enum dtype t, const struct qprod *p, void *c, int64_t scm, int64_t scn)
+{
+    float *acc = xmalloc(p->rows * p->cols * sizeof(float) + 1);
+    qprod_select(ACC_F32_TILED, p, NULL, p->rows, NULL, p->cols, acc);
+    for (size_t i = 0; i < p->rows; i++)
+        for (size_t j = 0; j < p->cols; j++)
+            dt_store(t, c, (size_t)((int64_t)i * scm + (int64_t)j * scn), acc[i * p->cols + j]);
     free(acc);
 }
 
