@@ -1829,6 +1829,20 @@ static uint64_t upload_bytes(struct run *r, const void *v, size_t n)
     return p;
 }
 
+/* Decode n rows of K codes of format f (q_row_bytes each) into v (n x K). */
+static void q_decode_rows(enum qfmt f, const uint8_t *codes, size_t n, size_t K, float *v)
+{
+    for (size_t i = 0; i < n; i++)
+        for (size_t k = 0; k < K; k++) v[i * K + k] = q_decode(f, q_get(f, codes, q_row_bytes(f, K), i, k));
+}
+
+/* Decode n scales as the rule stores them (fp32, or E8M0 bytes) into v. */
+static void q_decode_scales(enum qrule rule, const void *raw, size_t n, float *v)
+{
+    for (size_t b = 0; b < n; b++)
+        v[b] = rule == QR_AMAX ? ((const float *)raw)[b] : e8m0_decode(((const uint8_t *)raw)[b]);
+}
+
 /* Make operand `op` (input stream id): batch x rows x K seeded bf16 values,
  * quantized by ref.c, decoded, uploaded; and the quantize-only kernel's
  * buffers allocated. */
@@ -1847,10 +1861,9 @@ static void q_operand(struct run *r, struct qoperand *op, const char *name, int 
     op->e8 = run_owned(r, op->nblocks + 1);
     q_quantize(op->master, &op->g, q->f, q->rule, op->codes, op->s, op->e8);
     op->xq = run_host(r, batch * rows * K + 1);
-    for (size_t i = 0; i < batch * rows; i++)
-        for (size_t k = 0; k < K; k++) op->xq[i * K + k] = q_decode(q->f, q_get(q->f, op->codes, q_row_bytes(q->f, K), i, k));
+    q_decode_rows(q->f, op->codes, batch * rows, K, op->xq);
     op->sf = run_host(r, op->nblocks + 1);
-    for (size_t b = 0; b < op->nblocks; b++) op->sf[b] = q->rule == QR_AMAX ? op->s[b] : e8m0_decode(op->e8[b]);
+    q_decode_scales(q->rule, q->rule == QR_AMAX ? (void *)op->s : (void *)op->e8, op->nblocks, op->sf);
     size_t sbytes = op->nblocks * (q->rule == QR_AMAX ? sizeof(float) : 1);
     op->d_codes = upload_bytes(r, op->codes, op->code_bytes);
     op->d_scales = upload_bytes(r, q->rule == QR_AMAX ? (void *)op->s : (void *)op->e8, sbytes);
@@ -2030,37 +2043,25 @@ static void cpu_product(const struct output *p)
     }
 }
 
-/* Decode n rows of K quantized elements (rowbytes each) from raw codes. */
-static float *q_decode_rows(enum qfmt f, const uint8_t *codes, size_t n, size_t K)
-{
-    float *v = xmalloc(n * K * sizeof(float) + 1);
-    for (size_t i = 0; i < n; i++)
-        for (size_t k = 0; k < K; k++) v[i * K + k] = q_decode(f, q_get(f, codes, q_row_bytes(f, K), i, k));
-    return v;
-}
-
 /* A low-precision product on the CPU: the codes and scales read back from
  * the buffers the GPU kernel would read, decoded, multiplied by ref.c's
- * candidate (qprod_cpu) per group. */
+ * candidate (qprod_elem, ACC_F32_TILED) per group. */
 static void cpu_qproduct(struct run *r, const struct output *p)
 {
     const struct qrun *q = r->q;
     const struct qoperand *A = &q->op[0], *B = &q->op[1];
     size_t K = r->c->k, groups = p->pl.ragged == RAG_ROWS ? p->pl.groups : 1;
-    float *a = q_decode_rows(q->f, (const uint8_t *)(uintptr_t)A->d_codes, A->g.batch * A->g.rows, K);
-    float *b = q_decode_rows(q->f, (const uint8_t *)(uintptr_t)B->d_codes, B->g.batch * B->g.rows, K);
+    size_t na = A->g.batch * A->g.rows, nb = B->g.batch * B->g.rows;
+    float *a = xmalloc(na * K * sizeof(float) + 1), *b = xmalloc(nb * K * sizeof(float) + 1);
     float *sa = xmalloc(A->nblocks * sizeof(float) + 1), *sb = xmalloc(B->nblocks * sizeof(float) + 1);
-    for (size_t i = 0; i < A->nblocks + B->nblocks; i++) {
-        const struct qoperand *op = i < A->nblocks ? A : B;
-        size_t k = i < A->nblocks ? i : i - A->nblocks;
-        float v = q->rule == QR_AMAX ? ((const float *)(uintptr_t)op->d_scales)[k]
-                                     : e8m0_decode(((const uint8_t *)(uintptr_t)op->d_scales)[k]);
-        (i < A->nblocks ? sa : sb)[k] = v;
-    }
+    q_decode_rows(q->f, (const uint8_t *)(uintptr_t)A->d_codes, na, K, a);
+    q_decode_rows(q->f, (const uint8_t *)(uintptr_t)B->d_codes, nb, K, b);
+    q_decode_scales(q->rule, (const void *)(uintptr_t)A->d_scales, A->nblocks, sa);
+    q_decode_scales(q->rule, (const void *)(uintptr_t)B->d_scales, B->nblocks, sb);
     for (size_t g = 0; g < groups; g++) {
         struct qprod pr = q->prods[g];   /* the reference's geometry, the buffers' values */
         pr.x = a + (pr.x - A->xq), pr.y = b + (pr.y - B->xq), pr.sx = sa, pr.sy = sb + (pr.sy - B->sf);
-        size_t row0 = g < groups && p->pl.ragged == RAG_ROWS ? p->pl.offs[g] : 0;
+        size_t row0 = p->pl.ragged == RAG_ROWS ? p->pl.offs[g] : 0;
         cpu_candidate_qgemm(p->dt, &pr, (char *)(uintptr_t)p->buf + row0 * p->srow * DTYPES[p->dt].bytes,
                             p->srow, p->scol);
     }
@@ -2130,7 +2131,8 @@ static void product_launch(struct run *r, int o)
 
 /* Run the quantize-only kernel on operand op's unquantised values into its
  * poisoned buffers: GPU kg_quantize (one block of 256 threads per scale
- * block), CPU ref.c's q_quantize as the candidate. */
+ * block; FP4 blocks are 32 wide, so no two share a byte), CPU ref.c's
+ * q_quantize as the candidate. */
 static void q_stage_launch(struct run *r, struct qoperand *op)
 {
     const struct qrun *q = r->q;
@@ -2401,11 +2403,11 @@ static void refs_qpart(struct refs *f, const struct output *o, const struct part
 {
     double t0 = now_s();
     qprod_select(ACC_F64, pt->q, local, b - a, NULL, o->cols, f->ref_r + a * o->cols);
-    qprod_select(ACC_F64, pt->q, NULL, pt->rows, p->cols, p->nc, f->ref_c + pt->row0 * p->nc);
+    if (p->nc) qprod_select(ACC_F64, pt->q, NULL, pt->rows, p->cols, p->nc, f->ref_c + pt->row0 * p->nc);
     double t1 = now_s();
     qprod_select(ACC_F32_SEQ, pt->q, local, b - a, NULL, o->cols, f->lp_r + a * o->cols);
     round_all(o->dt, f->lp_r + a * o->cols, (b - a) * o->cols);
-    qprod_select(ACC_F32_SEQ, pt->q, NULL, pt->rows, p->cols, p->nc, f->lp_c + pt->row0 * p->nc);
+    if (p->nc) qprod_select(ACC_F32_SEQ, pt->q, NULL, pt->rows, p->cols, p->nc, f->lp_c + pt->row0 * p->nc);
     round_all(o->dt, f->lp_c + pt->row0 * p->nc, pt->rows * p->nc);
     *lp_s += now_s() - t1;
     if (b > a)
@@ -3235,16 +3237,30 @@ static size_t q_stage_bad(const struct qrun *q, int scale, const char **at)
     return n;
 }
 
+/* scale (which = 1) or conversion (0): the quantize-only stage's
+ * mismatches against ref.c; fails when the stage did not run. */
+static void gate_qstage(const struct gate_in *g, struct verdict *v, int which)
+{
+    if (!g->q_gate) { not_gated(v, Q_ONLY); return; }
+    const struct qrun *q = g->q;
+    const char *at;
+    v->value = (double)q_stage_bad(q, which, &at), v->limit = 0, v->pass = q->stage_done && v->value == 0;
+    if (!q->stage_done)
+        snprintf(v->detail, sizeof v->detail, "the quantize-only stage did not run: nothing was compared");
+    else if (which)
+        snprintf(v->detail, sizeof v->detail, "%.0f of %zu scales of the quantize-only kernel differ from ref.c's%s%s",
+                 v->value, q->op[0].nblocks + q->op[1].nblocks, *at ? "; first: " : "", at);
+    else
+        snprintf(v->detail, sizeof v->detail, "%.0f codes of the quantize-only kernel differ from ref.c's%s%s",
+                 v->value, *at ? "; first: " : "", at);
+}
+
 /* scale: low precision, the quantize-only kernel's scales equal ref.c's,
  * bit for bit (catches a wrong amax, rounding of the scale or MX rule). */
 static void gate_scale(const struct stats *s, const struct gate_in *g, struct verdict *v)
 {
     (void)s;
-    if (!g->q_gate) { not_gated(v, Q_ONLY); return; }
-    const char *at;
-    v->value = (double)q_stage_bad(g->q, 1, &at), v->limit = 0, v->pass = v->value == 0;
-    snprintf(v->detail, sizeof v->detail, "%.0f of %zu scales of the quantize-only kernel differ from ref.c's%s%s",
-             v->value, g->q->op[0].nblocks + g->q->op[1].nblocks, *at ? "; first: " : "", at);
+    gate_qstage(g, v, 1);
 }
 
 /* conversion: low precision, the quantize-only kernel's codes equal
@@ -3252,11 +3268,7 @@ static void gate_scale(const struct stats *s, const struct gate_in *g, struct ve
 static void gate_conversion(const struct stats *s, const struct gate_in *g, struct verdict *v)
 {
     (void)s;
-    if (!g->q_gate) { not_gated(v, Q_ONLY); return; }
-    const char *at;
-    v->value = (double)q_stage_bad(g->q, 0, &at), v->limit = 0, v->pass = v->value == 0;
-    snprintf(v->detail, sizeof v->detail, "%.0f code bytes of the quantize-only kernel differ from ref.c's%s%s",
-             v->value, *at ? "; first: " : "", at);
+    gate_qstage(g, v, 0);
 }
 
 /* How a gate's column shows its verdict ("-" for a NaN value: not gated). */

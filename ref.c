@@ -540,65 +540,54 @@ struct qprod {
     size_t rows, cols, inner, xrow0, grx, gry, gk;
 };
 
-static size_t qprod_nkb(const struct qprod *p) { return (p->inner + p->gk - 1) / p->gk; }
-
-/* Element (i, j) in double: the reference (exact products, double sums). */
-static double qprod_f64(const struct qprod *p, size_t i, size_t j)
+/* P_kb: the sum over k in [k0, k1) of x[k]·y[k] as `kind` sums it: ACC_F64
+ * in four double partial sums (exact products); ACC_F32_SEQ in fp32, k in
+ * order (the kernels' order, the same-precision reference); ACC_F32_TILED in
+ * four interleaved fp32 partial sums (the CPU candidate: another order). */
+static double qprod_block(enum acc_kind kind, const float *x, const float *y, size_t k0, size_t k1)
 {
-    const float *x = p->x + i * p->inner, *y = p->y + j * p->inner;
-    const float *sx = p->sx + (p->xrow0 + i) / p->grx * qprod_nkb(p), *sy = p->sy + j / p->gry * qprod_nkb(p);
-    double acc = 0;
-    for (size_t kb = 0, k0 = 0; k0 < p->inner; kb++, k0 += p->gk) {
-        size_t k1 = k0 + p->gk < p->inner ? k0 + p->gk : p->inner, k = k0;
+    size_t k = k0;
+    if (kind == ACC_F64) {
         double s[4] = { 0, 0, 0, 0 };
         for (; k + 4 <= k1; k += 4)
             for (int l = 0; l < 4; l++) s[l] += (double)x[k + l] * y[k + l];
         for (; k < k1; k++) s[0] += (double)x[k] * y[k];
-        acc += (double)sx[kb] * (double)sy[kb] * ((s[0] + s[1]) + (s[2] + s[3]));
+        return (s[0] + s[1]) + (s[2] + s[3]);
     }
-    return acc;
-}
-
-/* Element (i, j) in fp32 in the kernels' order: each P_kb summed over k in
- * order, then acc = fma(P_kb, sx·sy, acc).  The same-precision reference. */
-static float qprod_f32(const struct qprod *p, size_t i, size_t j)
-{
-    const float *x = p->x + i * p->inner, *y = p->y + j * p->inner;
-    const float *sx = p->sx + (p->xrow0 + i) / p->grx * qprod_nkb(p), *sy = p->sy + j / p->gry * qprod_nkb(p);
-    float acc = 0;
-    for (size_t kb = 0, k0 = 0; k0 < p->inner; kb++, k0 += p->gk) {
-        size_t k1 = k0 + p->gk < p->inner ? k0 + p->gk : p->inner;
-        float part = 0;
-        for (size_t k = k0; k < k1; k++) part = fmaf(x[k], y[k], part);
-        acc = fmaf(part, sx[kb] * sy[kb], acc);
-    }
-    return acc;
-}
-
-/* Element (i, j) as the CPU candidate computes it: P_kb in four interleaved
- * fp32 partial sums, then as qprod_f32.  Not the lp reference's order. */
-static float qprod_cpu(const struct qprod *p, size_t i, size_t j)
-{
-    const float *x = p->x + i * p->inner, *y = p->y + j * p->inner;
-    const float *sx = p->sx + (p->xrow0 + i) / p->grx * qprod_nkb(p), *sy = p->sy + j / p->gry * qprod_nkb(p);
-    float acc = 0;
-    for (size_t kb = 0, k0 = 0; k0 < p->inner; kb++, k0 += p->gk) {
-        size_t k1 = k0 + p->gk < p->inner ? k0 + p->gk : p->inner, k = k0;
+    float part = 0;
+    if (kind == ACC_F32_TILED) {
         kg_v4f v = { 0, 0, 0, 0 };
         for (; k + 4 <= k1; k += 4) {
             kg_v4f a, b;
             memcpy(&a, x + k, sizeof a), memcpy(&b, y + k, sizeof b);
             v += a * b;
         }
-        float part = (v[0] + v[1]) + (v[2] + v[3]);
-        for (; k < k1; k++) part = fmaf(x[k], y[k], part);
-        acc = fmaf(part, sx[kb] * sy[kb], acc);
+        part = (v[0] + v[1]) + (v[2] + v[3]);
     }
-    return acc;
+    for (; k < k1; k++) part = fmaf(x[k], y[k], part);
+    return part;
 }
 
-/* out[r][c] = element (rows[r], cols[c]) of p, by `kind` (ACC_F64: double
- * out, ACC_F32_SEQ: qprod_f32, ACC_F32_TILED: qprod_cpu; float out).  rows
+/* Element (i, j) of p: each K-block's P_kb as qprod_block sums it, then in
+ * double acc += sx·sy·P_kb (ACC_F64), or in fp32 acc = fma(P_kb, sx·sy, acc)
+ * (the kernels' arithmetic). */
+static double qprod_elem(const struct qprod *p, enum acc_kind kind, size_t i, size_t j)
+{
+    size_t nkb = (p->inner + p->gk - 1) / p->gk;
+    const float *x = p->x + i * p->inner, *y = p->y + j * p->inner;
+    const float *sx = p->sx + (p->xrow0 + i) / p->grx * nkb, *sy = p->sy + j / p->gry * nkb;
+    double acc64 = 0;
+    float acc = 0;
+    for (size_t kb = 0, k0 = 0; k0 < p->inner; kb++, k0 += p->gk) {
+        double part = qprod_block(kind, x, y, k0, k0 + p->gk < p->inner ? k0 + p->gk : p->inner);
+        if (kind == ACC_F64) acc64 += (double)sx[kb] * (double)sy[kb] * part;
+        else acc = fmaf((float)part, sx[kb] * sy[kb], acc);
+    }
+    return kind == ACC_F64 ? acc64 : acc;
+}
+
+/* out[r][c] = element (rows[r], cols[c]) of p, by `kind` (qprod_elem;
+ * ACC_F64: double out, otherwise float).  rows
  * or cols NULL: all of them (nr, nc the counts). */
 struct qsel_job {
     enum acc_kind kind;
@@ -613,10 +602,9 @@ static void qsel_item(void *ctx, size_t r)
     const struct qsel_job *j = ctx;
     size_t i = j->rows ? j->rows[r] : r;
     for (size_t c = 0; c < j->nc; c++) {
-        size_t col = j->cols ? j->cols[c] : c;
-        if (j->kind == ACC_F64) ((double *)j->out)[r * j->nc + c] = qprod_f64(j->p, i, col);
-        else ((float *)j->out)[r * j->nc + c] = j->kind == ACC_F32_SEQ ? qprod_f32(j->p, i, col)
-                                                                       : qprod_cpu(j->p, i, col);
+        double v = qprod_elem(j->p, j->kind, i, j->cols ? j->cols[c] : c);
+        if (j->kind == ACC_F64) ((double *)j->out)[r * j->nc + c] = v;
+        else ((float *)j->out)[r * j->nc + c] = (float)v;
     }
 }
 
@@ -627,7 +615,8 @@ static void qprod_select(enum acc_kind kind, const struct qprod *p, const uint32
     par_for(nr, qsel_item, &j);
 }
 
-/* The CPU "kernel" of a quantized product: every element as qprod_cpu,
+/* The CPU "kernel" of a quantized product: every element as qprod_elem in
+ * ACC_F32_TILED order,
  * rounded to dtype t and stored at i*scm + j*scn of raw buffer c. */
 static void cpu_candidate_qgemm(enum dtype t, const struct qprod *p, void *c, int64_t scm, int64_t scn)
 {
