@@ -529,7 +529,8 @@ if command -v clang-19 >/dev/null && command -v llvm-objdump-19 >/dev/null; then
         ok "clang-19 compiles kernels.hip for gfx942 without warnings"
         llvm-objdump-19 -d "$tmp/k.co" >"$tmp/dis"
         for k in kg_gemm_f32 kg_gemm_f16 kg_gemm_bf16 kg_grouped_bf16 kg_grouped_wgrad_f16 kg_attn_fwd_bf16 \
-                 kg_attn_fwd_f16 kg_attn_bwd_pre_bf16 kg_attn_bwd_dkdv_bf16 kg_attn_bwd_dq_f16; do
+                 kg_attn_fwd_f16 kg_attn_bwd_pre_bf16 kg_attn_bwd_dkdv_bf16 kg_attn_bwd_dq_f16 \
+                 kg_quantize kg_qgemm_bf16 kg_qgemm_f32 kg_qgrouped_bf16 kg_qgrouped_f32; do
             has "$tmp/dis" "<$k>:" "gfx942 code object has $k"
         done
         n=$(grep -cE "v_(pk_)?fma" "$tmp/dis")
