@@ -1098,9 +1098,9 @@ static int q_set(struct kcase *c, const char *key, const char *val)
         return -1;
     }
     if (strcmp(key, "--scaling") == 0) {
-        int k = 0;
-        while (k < 4 && strcmp(val, QSCALING[k]) != 0) k++;
-        if (k == 4) die(EXIT_USAGE, "%s: --scaling %s: expected tensor, row, block or mx", c->where, val);
+        int k = 0, n = (int)(sizeof QSCALING / sizeof *QSCALING);
+        while (k < n && strcmp(val, QSCALING[k]) != 0) k++;
+        if (k == n) die(EXIT_USAGE, "%s: --scaling %s: expected tensor, row, block or mx", c->where, val);
         c->scaling = (enum qscaling)k, c->q_given |= Q_GIVEN_SCALING;
         return 1;
     }
@@ -1711,14 +1711,30 @@ static void gemm_prepare(struct run *r)
     add_part(o, 0, 0, K, M, a_t, dc);
 }
 
+/* A grouped case's G+1 group offsets: offs[g] rows, and tile_offs[g] row
+ * tiles of 64, before group g; on the host and uploaded. */
+struct groups { const uint32_t *offs, *tile_offs; uint64_t doffs, dtiles; };
+
+static struct groups group_offsets(struct run *r)
+{
+    const struct kcase *c = r->c;
+    size_t G = c->nlens;
+    uint32_t *offs = run_owned(r, (G + 1) * sizeof *offs), *tile_offs = run_owned(r, (G + 1) * sizeof *offs);
+    for (size_t g = 0; g < G; g++) {
+        offs[g + 1] = offs[g] + c->lens[g];
+        tile_offs[g + 1] = tile_offs[g] + (c->lens[g] + 63) / 64;
+    }
+    return (struct groups){ offs, tile_offs, upload_ints(r, offs, G + 1), upload_ints(r, tile_offs, G + 1) };
+}
+
 /* Segments, launch arrays and launch fields shared by a grouped case's
  * ragged-rows outputs (C and dA). */
-static void grouped_ragged_rows(struct run *r, struct output *o, const uint32_t *offs, uint64_t doffs,
-                                uint64_t dtiles, size_t tiles)
+static void grouped_ragged_rows(struct run *r, struct output *o, const struct groups *gs)
 {
-    o->seg = offs, o->nseg = r->c->nlens, o->seg_name = "group";
-    o->pl.ragged = RAG_ROWS, o->pl.doffs = doffs, o->pl.dtiles = dtiles, o->pl.tiles = tiles;
-    o->pl.groups = r->c->nlens, o->pl.offs = offs;
+    size_t G = r->c->nlens;
+    o->seg = gs->offs, o->nseg = G, o->seg_name = "group";
+    o->pl.ragged = RAG_ROWS, o->pl.doffs = gs->doffs, o->pl.dtiles = gs->dtiles, o->pl.tiles = gs->tile_offs[G];
+    o->pl.groups = G, o->pl.offs = gs->offs;
 }
 
 /* A is [ΣM][K] (the groups' rows one after another), B is [G][K][N] (NN) or
@@ -1731,16 +1747,11 @@ static void grouped_prepare(struct run *r)
     const struct kcase *c = r->c;
     if (c->qfmt != Q_NONE) { qgrouped_prepare(r); return; }
     enum dtype t = c->dt;
-    size_t G = c->nlens, N = c->n, K = c->k, tiles = 0;
+    size_t G = c->nlens, N = c->n, K = c->k;
     int bt = c->layout[1] == 'T';
-    uint32_t *offs = run_owned(r, (G + 1) * sizeof *offs), *tile_offs = run_owned(r, (G + 1) * sizeof *offs);
-    for (size_t g = 0; g < G; g++) {
-        offs[g + 1] = offs[g] + c->lens[g];
-        tile_offs[g + 1] = tile_offs[g] + (c->lens[g] + 63) / 64;
-    }
-    tiles = tile_offs[G];
+    struct groups gs = group_offsets(r);
+    const uint32_t *offs = gs.offs;
     size_t M = offs[G];
-    uint64_t doffs = upload_ints(r, offs, G + 1), dtiles = upload_ints(r, tile_offs, G + 1);
     float *a = make_input(r, 1, M * K, t), *b_st = make_input(r, 2, G * K * N, t);
     uint64_t da = upload_as(r, a, M * K, t), db = upload_as(r, b_st, G * K * N, t);
     int64_t b_sk = bt ? 1 : (int64_t)N, b_sn = bt ? (int64_t)K : 1, b_sg = (int64_t)(K * N);
@@ -1748,7 +1759,7 @@ static void grouped_prepare(struct run *r)
     struct output *o = product_output(r, "C", M, N, (int64_t)N, 1, G,
         (struct prod_launch){ .dx = da, .dy = db, .sxm = (int64_t)K, .sxk = 1, .syk = b_sk, .syn = b_sn,
                               .syg = b_sg, .m = M, .n = N, .k = K });
-    grouped_ragged_rows(r, o, offs, doffs, dtiles, tiles);
+    grouped_ragged_rows(r, o, &gs);
     for (size_t g = 0; g < G; g++) add_part(o, g, offs[g], c->lens[g], K, a + offs[g] * K, b + g * K * N);
     if (!c->bwd) return;
     float *dc = make_input(r, 3, M * N, t);
@@ -1757,7 +1768,7 @@ static void grouped_prepare(struct run *r)
     o = product_output(r, "dA", M, K, (int64_t)K, 1, G,
         (struct prod_launch){ .dx = ddc, .dy = db, .sxm = (int64_t)N, .sxk = 1, .syk = b_sn, .syn = b_sk,
                               .syg = b_sg, .m = M, .n = K, .k = N });
-    grouped_ragged_rows(r, o, offs, doffs, dtiles, tiles);
+    grouped_ragged_rows(r, o, &gs);
     for (size_t g = 0; g < G; g++) add_part(o, g, offs[g], c->lens[g], N, dc + offs[g] * N, b_t + g * K * N);
     /* dB: group g's rows of the [G·R][W] view are dB_g (NN: R = K, W = N) or dB_gᵀ (NT: R = N, W = K) */
     size_t R = bt ? N : K, W = bt ? K : N;
@@ -1768,7 +1779,7 @@ static void grouped_prepare(struct run *r)
     o = product_output(r, "dB", G * R, W, (int64_t)W, 1, G,
         (struct prod_launch){ .ragged = RAG_INNER, .dx = bt ? ddc : da, .dy = bt ? da : ddc, .sxm = 1,
                               .sxk = (int64_t)R, .syk = (int64_t)W, .syn = 1, .scg = (int64_t)(R * W),
-                              .m = R, .n = W, .doffs = doffs, .groups = G, .offs = offs });
+                              .m = R, .n = W, .doffs = gs.doffs, .groups = G, .offs = offs });
     o->seg = rows, o->nseg = G, o->seg_name = "group";
     for (size_t g = 0; g < G; g++) add_part(o, g, g * R, R, c->lens[g], xt + offs[g] * R, y + offs[g] * W);
 }
@@ -1910,11 +1921,8 @@ static void qgrouped_prepare(struct run *r)
     const struct kcase *c = r->c;
     struct qrun *q = q_begin(r);
     size_t G = c->nlens, N = c->n, K = c->k;
-    uint32_t *offs = run_owned(r, (G + 1) * sizeof *offs), *tile_offs = run_owned(r, (G + 1) * sizeof *offs);
-    for (size_t g = 0; g < G; g++) {
-        offs[g + 1] = offs[g] + c->lens[g];
-        tile_offs[g + 1] = tile_offs[g] + (c->lens[g] + 63) / 64;
-    }
+    struct groups gs = group_offsets(r);
+    const uint32_t *offs = gs.offs;
     size_t M = offs[G];
     q_operand(r, &q->op[0], "A", 1, 1, M);
     q_operand(r, &q->op[1], "B", 2, G, N);
@@ -1923,7 +1931,7 @@ static void qgrouped_prepare(struct run *r)
     q->prods = run_owned(r, G * sizeof *q->prods);
     struct output *o = product_output(r, "C", M, N, (int64_t)N, 1, G,
         (struct prod_launch){ .dx = q->op[0].d_codes, .dy = q->op[1].d_codes, .m = M, .n = N, .k = K });
-    grouped_ragged_rows(r, o, offs, upload_ints(r, offs, G + 1), upload_ints(r, tile_offs, G + 1), tile_offs[G]);
+    grouped_ragged_rows(r, o, &gs);
     for (size_t g = 0; g < G; g++) {
         q->prods[g] = (struct qprod){ q->op[0].xq + offs[g] * K, q->op[1].xq + g * N * K, q->op[0].sf,
                                       q->op[1].sf + g * b_blocks, c->lens[g], N, K, offs[g],
@@ -2395,33 +2403,42 @@ static void round_all(enum dtype t, float *v, size_t n)
     for (size_t i = 0; i < n; i++) v[i] = dt_round(t, v[i]);
 }
 
-/* refs_part for a block of quantized operands: the double and the
- * same-precision references multiply the decoded codes and scales (ref.c's
- * qprod); the unquantised product (hp) multiplies the bf16 inputs. */
-static void refs_qpart(struct refs *f, const struct output *o, const struct part *pt, const struct plan *p,
-                       const uint32_t *local, size_t a, size_t b, double *ref_s, double *lp_s)
+/* Block pt's product on the given rows (nr of them; NULL: all) and columns
+ * (nc of them; NULL: all), accumulated as `kind`, into out (double for
+ * ACC_F64, float otherwise): ref.c's qprod for quantized operands (quant),
+ * else mm_select on the canonical x and y. */
+static void part_select(enum acc_kind kind, int quant, const struct part *pt, size_t cols, const uint32_t *rows,
+                        size_t nr, const uint32_t *sel, size_t nc, void *out)
 {
-    double t0 = now_s();
-    qprod_select(ACC_F64, pt->q, local, b - a, NULL, o->cols, f->ref_r + a * o->cols);
-    if (p->nc) qprod_select(ACC_F64, pt->q, NULL, pt->rows, p->cols, p->nc, f->ref_c + pt->row0 * p->nc);
-    double t1 = now_s();
-    qprod_select(ACC_F32_SEQ, pt->q, local, b - a, NULL, o->cols, f->lp_r + a * o->cols);
-    round_all(o->dt, f->lp_r + a * o->cols, (b - a) * o->cols);
-    if (p->nc) qprod_select(ACC_F32_SEQ, pt->q, NULL, pt->rows, p->cols, p->nc, f->lp_c + pt->row0 * p->nc);
-    round_all(o->dt, f->lp_c + pt->row0 * p->nc, pt->rows * p->nc);
-    *lp_s += now_s() - t1;
-    if (b > a)
-        mm_select(ACC_F64, pt->x, pt->y, pt->inner, o->cols, local, b - a, NULL, o->cols, f->hp_r + a * o->cols);
-    if (p->nc)
-        mm_select(ACC_F64, pt->x, pt->y, pt->inner, o->cols, NULL, pt->rows, p->cols, p->nc,
-                  f->hp_c + pt->row0 * p->nc);
-    *ref_s += t1 - t0;
+    if (quant) qprod_select(kind, pt->q, rows, nr, sel, nc, out);
+    else mm_select(kind, pt->x, pt->y, pt->inner, cols, rows, nr, sel, nc, out);
+}
+
+/* One reference of block pt on the plan, accumulated as `kind`: the plan's
+ * rows that fall in it (local, b - a of them) into out_r from row a, and all
+ * its rows on the plan's columns into out_c from row pt->row0; a float
+ * reference is rounded to the output's dtype. */
+static void ref_block(enum acc_kind kind, int quant, const struct output *o, const struct part *pt,
+                      const struct plan *p, const uint32_t *local, size_t a, size_t b, void *out_r, void *out_c)
+{
+    size_t es = kind == ACC_F64 ? sizeof(double) : sizeof(float);
+    char *r = (char *)out_r + a * o->cols * es, *c = (char *)out_c + pt->row0 * p->nc * es;
+    if (b > a) {
+        part_select(kind, quant, pt, o->cols, local, b - a, NULL, o->cols, r);
+        if (kind != ACC_F64) round_all(o->dt, (float *)r, (b - a) * o->cols);
+    }
+    if (p->nc) {
+        part_select(kind, quant, pt, o->cols, NULL, pt->rows, p->cols, p->nc, c);
+        if (kind != ACC_F64) round_all(o->dt, (float *)c, pt->rows * p->nc);
+    }
 }
 
 /* The references of one product block on the plan: the plan's rows that fall
  * in the block (a contiguous run of them, as both ascend) and all rows on the
- * plan's columns; double, then fp32 sequential rounded to the dtype.  A block
- * with no inner dimension is exactly zero (already, from refs_alloc). */
+ * plan's columns; double, then fp32 in the kernels' order rounded to the
+ * dtype.  Quantized operands multiply their decoded codes and scales, and
+ * add the unquantised (bf16) product as hp.  A block with no inner dimension
+ * is exactly zero (already, from refs_alloc). */
 static void refs_part(struct refs *f, const struct output *o, const struct part *pt, const struct plan *p,
                       double *ref_s, double *lp_s)
 {
@@ -2431,28 +2448,13 @@ static void refs_part(struct refs *f, const struct output *o, const struct part 
     if (pt->inner == 0 || pt->rows == 0) return;
     uint32_t *local = xmalloc((b - a + 1) * sizeof *local);
     for (size_t i = a; i < b; i++) local[i - a] = (uint32_t)(p->rows[i] - pt->row0);
-    if (pt->q) {
-        refs_qpart(f, o, pt, p, local, a, b, ref_s, lp_s);
-        free(local);
-        return;
-    }
+    int quant = pt->q != NULL;
     double t0 = now_s();
-    if (b > a)
-        mm_select(ACC_F64, pt->x, pt->y, pt->inner, o->cols, local, b - a, NULL, o->cols, f->ref_r + a * o->cols);
-    if (p->nc)
-        mm_select(ACC_F64, pt->x, pt->y, pt->inner, o->cols, NULL, pt->rows, p->cols, p->nc,
-                  f->ref_c + pt->row0 * p->nc);
+    ref_block(ACC_F64, quant, o, pt, p, local, a, b, f->ref_r, f->ref_c);
     double t1 = now_s();
-    if (b > a) {
-        mm_select(ACC_F32_SEQ, pt->x, pt->y, pt->inner, o->cols, local, b - a, NULL, o->cols, f->lp_r + a * o->cols);
-        round_all(o->dt, f->lp_r + a * o->cols, (b - a) * o->cols);
-    }
-    if (p->nc) {
-        mm_select(ACC_F32_SEQ, pt->x, pt->y, pt->inner, o->cols, NULL, pt->rows, p->cols, p->nc,
-                  f->lp_c + pt->row0 * p->nc);
-        round_all(o->dt, f->lp_c + pt->row0 * p->nc, pt->rows * p->nc);
-    }
+    ref_block(ACC_F32_SEQ, quant, o, pt, p, local, a, b, f->lp_r, f->lp_c);
     *ref_s += t1 - t0, *lp_s += now_s() - t1;
+    if (quant) ref_block(ACC_F64, 0, o, pt, p, local, a, b, f->hp_r, f->hp_c);
     free(local);
 }
 
