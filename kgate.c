@@ -304,7 +304,10 @@ typedef int kg_res;
     X(0, err_name_hip, const char *, (kg_res), "", "hipGetErrorName")                      \
     X(0, props_hip, kg_res, (void *, int), "", "hipGetDevicePropertiesR0600")             \
     X(0, module_global, kg_res, (uint64_t *, size_t *, void *, const char *),              \
-      "cuModuleGetGlobal_v2", "hipModuleGetGlobal")
+      "cuModuleGetGlobal_v2", "hipModuleGetGlobal")                                         \
+    X(0, occupancy, kg_res, (int *, void *, int, size_t),                                  \
+      "cuOccupancyMaxActiveBlocksPerMultiprocessor",                                        \
+      "hipModuleOccupancyMaxActiveBlocksPerMultiprocessor")
 
 /* The run-time compilers: NVRTC and hiprtc, same shape again. */
 #define RTC_SYMS(X)                                                                         \
@@ -444,6 +447,7 @@ static const struct peak_row PEAKS[] = {
 
 enum dev_kind { DEV_CPU, DEV_GPU };
 struct code_obj;
+struct launch_geom;
 
 struct device {
     enum dev_kind kind;
@@ -466,6 +470,7 @@ struct device {
     size_t flush_bytes;
     char flush_note[64];
     int launched_atomics; /* a kernel launched since this was cleared declares atomics */
+    struct launch_geom *geom; /* non-NULL: gpu_launch notes each kernel it launches here */
 };
 
 static const char *gpu_err_name(const struct device *d, kg_res r)
@@ -696,9 +701,42 @@ static const struct kfn *kernel_lookup(struct device *d, const char *name)
     return k;
 }
 
+#define MAX_GEOM 4   /* kernels one output's launch runs: the attention backward runs 3 */
+
+/* One kernel launch as the report shows it: the grid (its blocks are the
+ * tiles), the threads per block, and how many such blocks one SM/CU holds at
+ * once by the occupancy API (0 = not known). */
+struct kgeom { const char *name; unsigned grid[3], threads; int per_sm; };
+
+/* The kernels one output's launch ran, in launch order. */
+struct launch_geom { int n; struct kgeom k[MAX_GEOM]; };
+
+/* Blocks of `threads` threads of kernel k that one SM/CU holds at once, by
+ * cuOccupancyMaxActiveBlocksPerMultiprocessor or its HIP module twin, with
+ * no dynamic shared memory (gpu_launch passes none); 0 when the runtime
+ * lacks the call or it fails. */
+static int kernel_blocks_per_sm(const struct device *d, const struct kfn *k, unsigned threads)
+{
+    int n = 0;
+    if (!d->rt.occupancy || d->rt.occupancy(&n, k->fn, (int)threads, 0) != 0) return 0;
+    return n > 0 ? n : 0;
+}
+
+/* Note in d->geom, when set, a launch of kernel k on a gx x gy x gz grid of
+ * `threads`-thread blocks, with its blocks per SM/CU. */
+static void geom_note(struct device *d, const struct kfn *k, unsigned gx, unsigned gy, unsigned gz,
+                      unsigned threads)
+{
+    struct launch_geom *g = d->geom;
+    if (!g) return;
+    if (g->n == MAX_GEOM) die(EXIT_DEVICE, "internal: more than %d kernels in one launch", MAX_GEOM);
+    g->k[g->n++] = (struct kgeom){ k->name, { gx, gy, gz }, threads, kernel_blocks_per_sm(d, k, threads) };
+}
+
 /* Launch kernel `name` (a static string) on a gx x gy x gz grid of blocks of
  * `threads` threads; an empty grid launches nothing.  Notes in
- * d->launched_atomics whether the kernel declares atomics. */
+ * d->launched_atomics whether the kernel declares atomics, and in d->geom
+ * (when set) the geometry of what it launched. */
 static void gpu_launch(struct device *d, const char *name, unsigned gx, unsigned gy, unsigned gz,
                        unsigned threads, void **params)
 {
@@ -707,6 +745,7 @@ static void gpu_launch(struct device *d, const char *name, unsigned gx, unsigned
     if (!gx || !gy || !gz) return;
     kg_res r = d->rt.launch(k->fn, gx, gy, gz, threads, 1, 1, 0, d->stream, params, NULL);
     if (r != 0) die(EXIT_DEVICE, "launching %s failed: %s (%d)", name, gpu_err_name(d, r), r);
+    geom_note(d, k, gx, gy, gz, threads);
 }
 
 /* ===== Compile cache ===== */
