@@ -1570,6 +1570,7 @@ struct run {
     int inputs_nonzero;           /* every input has max|x| > 0 */
     struct attn_case *attn;       /* attn cases: geometry, inputs, statistics */
     struct qrun *q;               /* low-precision cases: operands, scales, the quantize stage */
+    struct launch_geom geom[MAX_OUT]; /* GPU, per launch owner: the kernels its last launch ran */
 };
 
 static void *run_owned(struct run *r, size_t bytes)
@@ -2344,6 +2345,16 @@ static void attn_launch(struct run *r, int o)
     void *qp[] = { &a->d_q, &a->d_k, &a->d_v, &a->d_do, &L->buf, &a->dsum, &dQ, &a->dcu_q, &a->dcu_k, &B, &hq,
                    &hkv, &d, &scale, &causal };
     gpu_launch(r->d, dq[t], gq, (unsigned)hq, (unsigned)B, 256, qp);
+}
+
+/* Launch o (an owner), with gpu_launch noting each kernel it runs in
+ * r->geom[o] (replacing the previous launch's notes); the CPU notes none. */
+static void launch_recorded(struct run *r, int o)
+{
+    r->geom[o].n = 0;
+    r->d->geom = &r->geom[o];
+    r->c->op->launch(r, o);
+    r->d->geom = NULL;
 }
 
 /* ===== Check plan and references ===== */
@@ -3529,6 +3540,49 @@ static int q_stages(const struct result *x, char why[3][256])
     return n;
 }
 
+/* The waves of one kernel launch on `sms` SMs/CUs: its tiles (blocks), the
+ * blocks one wave holds (sms x blocks per SM; 0 when either is not known),
+ * tiles / per_wave waves, and the percentage of the last wave's slots that
+ * hold a block (100 when the tiles fill every wave; NAN when not known). */
+struct waves { uint64_t tiles, per_wave; double waves, last_pct; };
+
+static struct waves geom_waves(const struct kgeom *g, int sms)
+{
+    struct waves w = { (uint64_t)g->grid[0] * g->grid[1] * g->grid[2], 0, NAN, NAN };
+    if (g->per_sm <= 0 || sms <= 0) return w;
+    w.per_wave = (uint64_t)sms * (uint64_t)g->per_sm;
+    uint64_t last = w.tiles % w.per_wave ? w.tiles % w.per_wave : w.per_wave;
+    w.waves = (double)w.tiles / (double)w.per_wave;
+    w.last_pct = 100.0 * (double)last / (double)w.per_wave;
+    return w;
+}
+
+/* Below a timed output's row, one line per kernel its launch ran (GPU; the
+ * CPU prints nothing): "  geometry C: kg_gemm_bf16 4096 tiles (64x64x1) x
+ * 256 threads; 132 SMs x 2 blocks/SM = 264 per wave; 15.52 waves, last wave
+ * 52% full".  The percentage is rounded into 1..99 unless the last wave is
+ * exactly full, so "100% full" never hides an idle slot. */
+static void print_geometry(const struct run *r, int o)
+{
+    const struct launch_geom *lg = &r->geom[o];
+    const char *sm = r->d->pf == PF_HIP ? "CU" : "SM", *name = r->out[o].name;
+    int sms = r->d->attr[AT_SMS];
+    if (r->d->kind == DEV_CPU) return;
+    if (!lg->n) printf("  geometry %s: no kernel launched (empty grid)\n", name);
+    for (int i = 0; i < lg->n; i++) {
+        const struct kgeom *g = &lg->k[i];
+        struct waves w = geom_waves(g, sms);
+        double pct = w.last_pct < 100 ? fmin(fmax(w.last_pct, 1), 99) : 100;
+        printf("  geometry %s: %s %" PRIu64 " tile%s (%ux%ux%u) x %u threads; %d %ss", name, g->name, w.tiles,
+               w.tiles == 1 ? "" : "s", g->grid[0], g->grid[1], g->grid[2], g->threads, sms, sm);
+        if (w.per_wave)
+            printf(" x %d blocks/%s = %" PRIu64 " per wave; %.2f waves, last wave %.0f%% full\n", g->per_sm, sm,
+                   w.per_wave, w.waves, pct);
+        else
+            printf(", blocks/%s not known (no answer from the occupancy API): waves not known\n", sm);
+    }
+}
+
 /* The table row of output o; outputs computed by another output's launch
  * show "with <owner>" where the time would be. */
 static void print_row(const struct run *r, int o, const struct result *res)
@@ -3554,6 +3608,7 @@ static void print_row(const struct run *r, int o, const struct result *res)
     } else {
         printf(" %10s %10s %10s %4s %9s %6s\n", "-", "-", "-", "-", "-", "-");
     }
+    if (x->timed) print_geometry(r, o);
     for (size_t g = 0; g < N_GATES; g++)
         if (!x->v[g].pass)
             printf("    FAIL %s (%s): %s\n", GATES[g].name, x->failed_when, x->v[g].detail);
@@ -3582,8 +3637,34 @@ static void json_str(const char *key, const char *s, int comma)
     printf("\"%s", comma ? "," : "");
 }
 
+/* A timed output's "geometry" member for --json (GPU; the CPU adds none):
+ * per kernel its launch ran, the numbers print_geometry prints, with null
+ * for blocks_per_sm, per_wave, waves and last_wave_pct when not known. */
+static void json_geometry(const struct run *r, int o)
+{
+    const struct launch_geom *lg = &r->geom[o];
+    int sms = r->d->attr[AT_SMS];
+    if (r->d->kind == DEV_CPU) return;
+    printf(",\"geometry\":[");
+    for (int i = 0; i < lg->n; i++) {
+        const struct kgeom *g = &lg->k[i];
+        struct waves w = geom_waves(g, sms);
+        printf("%s{", i ? "," : "");
+        json_str("kernel", g->name, 1);
+        printf("\"grid\":[%u,%u,%u],\"tiles\":%" PRIu64 ",\"threads\":%u,\"sms\":%d,", g->grid[0], g->grid[1],
+               g->grid[2], w.tiles, g->threads, sms);
+        if (w.per_wave) printf("\"blocks_per_sm\":%d,\"per_wave\":%" PRIu64 ",", g->per_sm, w.per_wave);
+        else printf("\"blocks_per_sm\":null,\"per_wave\":null,");
+        json_num("waves", w.waves, 1);
+        json_num("last_wave_pct", w.last_pct, 0);
+        printf("}");
+    }
+    printf("]");
+}
+
 /* One output of a case as a JSON object: gates, metrics, worst tile and
- * group, time (or the output whose launch it was timed with). */
+ * group, time (or the output whose launch it was timed with) and, on a GPU,
+ * the timed launch's geometry. */
 static void json_output(const struct run *r, int k, const struct result *res)
 {
     const struct output *o = &r->out[k];
@@ -3646,6 +3727,7 @@ static void json_output(const struct run *r, int k, const struct result *res)
         json_num("tflops", x->tflops, 1);
         json_num("pct_peak", x->pct_peak >= 0 ? x->pct_peak : NAN, 0);
         printf("}");
+        json_geometry(r, k);
     }
     printf("}");
 }
@@ -3810,13 +3892,14 @@ static void check_tolerance(const struct opts *o, enum dtype t, const char *labe
             "--why \"reason\"", label, DTYPES[t].name, DTYPES[t].rtol, DTYPES[t].atol);
 }
 
-/* Poison and launch every launch of the case (owners in order), wait; 1 if
- * a launched kernel declares atomics. */
+/* Poison and launch every launch of the case (owners in order, their
+ * kernels noted in r->geom for the report), wait; 1 if a launched kernel
+ * declares atomics. */
 static int launch_all(struct run *r)
 {
     r->d->launched_atomics = r->d->kind == DEV_CPU && getenv("KGATE_TEST_ATOMICS");
     for (int k = 0; k < r->nout; k++)
-        if (r->out[k].launch == k) poison_launch(r, k), r->c->op->launch(r, k);
+        if (r->out[k].launch == k) poison_launch(r, k), launch_recorded(r, k);
     dev_sync(r->d);
     return r->d->launched_atomics;
 }
