@@ -307,7 +307,10 @@ typedef int kg_res;
     X(0, err_name_hip, const char *, (kg_res), "", "hipGetErrorName")                      \
     X(0, props_hip, kg_res, (void *, int), "", "hipGetDevicePropertiesR0600")             \
     X(0, module_global, kg_res, (uint64_t *, size_t *, void *, const char *),              \
-      "cuModuleGetGlobal_v2", "hipModuleGetGlobal")
+      "cuModuleGetGlobal_v2", "hipModuleGetGlobal")                                         \
+    X(0, occupancy, kg_res, (int *, void *, int, size_t),                                  \
+      "cuOccupancyMaxActiveBlocksPerMultiprocessor",                                        \
+      "hipModuleOccupancyMaxActiveBlocksPerMultiprocessor")
 
 /* The run-time compilers: NVRTC and hiprtc, same shape again. */
 #define RTC_SYMS(X)                                                                         \
@@ -448,6 +451,7 @@ static const struct peak_row PEAKS[] = {
 enum dev_kind { DEV_CPU, DEV_GPU };
 struct code_obj;
 struct arm;
+struct launch_geom;
 
 struct device {
     enum dev_kind kind;
@@ -472,6 +476,7 @@ struct device {
     char flush_note[64];
     int launched_atomics; /* a kernel launched since this was cleared declares atomics */
     struct kfns *kfns;    /* the current arm's kernels (GPU) */
+    struct launch_geom *geom; /* non-NULL: gpu_launch notes each kernel it launches here */
 };
 
 static const char *gpu_err_name(const struct device *d, kg_res r)
@@ -712,9 +717,42 @@ static const struct kfn *kernel_lookup(struct device *d, const char *name)
     return k;
 }
 
+#define MAX_GEOM 4   /* kernels one output's launch runs: the attention backward runs 3 */
+
+/* One kernel launch as the report shows it: the grid (its blocks are the
+ * tiles), the threads per block, and how many such blocks one SM/CU holds at
+ * once by the occupancy API (0 = not known). */
+struct kgeom { const char *name; unsigned grid[3], threads; int per_sm; };
+
+/* The kernels one output's launch ran, in launch order. */
+struct launch_geom { int n; struct kgeom k[MAX_GEOM]; };
+
+/* Blocks of `threads` threads of kernel k that one SM/CU holds at once, by
+ * cuOccupancyMaxActiveBlocksPerMultiprocessor or its HIP module twin, with
+ * no dynamic shared memory (gpu_launch passes none); 0 when the runtime
+ * lacks the call or it fails. */
+static int kernel_blocks_per_sm(const struct device *d, const struct kfn *k, unsigned threads)
+{
+    int n = 0;
+    if (!d->rt.occupancy || d->rt.occupancy(&n, k->fn, (int)threads, 0) != 0) return 0;
+    return n > 0 ? n : 0;
+}
+
+/* Note in d->geom, when set, a launch of kernel k on a gx x gy x gz grid of
+ * `threads`-thread blocks, with its blocks per SM/CU. */
+static void geom_note(struct device *d, const struct kfn *k, unsigned gx, unsigned gy, unsigned gz,
+                      unsigned threads)
+{
+    struct launch_geom *g = d->geom;
+    if (!g) return;
+    if (g->n == MAX_GEOM) die(EXIT_DEVICE, "internal: more than %d kernels in one launch", MAX_GEOM);
+    g->k[g->n++] = (struct kgeom){ k->name, { gx, gy, gz }, threads, kernel_blocks_per_sm(d, k, threads) };
+}
+
 /* Launch kernel `name` (a static string) on a gx x gy x gz grid of blocks of
  * `threads` threads; an empty grid launches nothing.  Notes in
- * d->launched_atomics whether the kernel declares atomics. */
+ * d->launched_atomics whether the kernel declares atomics, and in d->geom
+ * (when set) the geometry of what it launched. */
 static void gpu_launch(struct device *d, const char *name, unsigned gx, unsigned gy, unsigned gz,
                        unsigned threads, void **params)
 {
@@ -723,6 +761,7 @@ static void gpu_launch(struct device *d, const char *name, unsigned gx, unsigned
     if (!gx || !gy || !gz) return;
     kg_res r = d->rt.launch(k->fn, gx, gy, gz, threads, 1, 1, 0, d->stream, params, NULL);
     if (r != 0) die(EXIT_DEVICE, "launching %s failed: %s (%d)", name, gpu_err_name(d, r), r);
+    geom_note(d, k, gx, gy, gz, threads);
 }
 
 /* ===== Compile cache ===== */
@@ -1688,6 +1727,7 @@ struct run {
     int inputs_nonzero;           /* every input has max|x| > 0 */
     struct attn_case *attn;       /* attn cases: geometry, inputs, statistics */
     struct qrun *q;               /* low-precision cases: operands, scales, the quantize stage */
+    struct launch_geom *geom;     /* GPU, per launch owner: the kernels its last launch ran (the current arm's) */
 };
 
 static void *run_owned(struct run *r, size_t bytes)
@@ -2476,6 +2516,16 @@ static void attn_launch(struct run *r, int o)
     void *qp[] = { &a->d_q, &a->d_k, &a->d_v, &a->d_do, &L->buf, &a->dsum, &dQ, &a->dcu_q, &a->dcu_k, &B, &hq,
                    &hkv, &d, &scale, &causal };
     gpu_launch(r->d, dq[t], gq, (unsigned)hq, (unsigned)B, 256, qp);
+}
+
+/* Launch o (an owner), with gpu_launch noting each kernel it runs in
+ * r->geom[o] (replacing the previous launch's notes); the CPU notes none. */
+static void launch_recorded(struct run *r, int o)
+{
+    r->geom[o].n = 0;
+    r->d->geom = &r->geom[o];
+    r->c->op->launch(r, o);
+    r->d->geom = NULL;
 }
 
 /* ===== Check plan and references ===== */
@@ -3810,6 +3860,49 @@ static int q_stages(const struct result *x, char why[3][256])
     return n;
 }
 
+/* The waves of one kernel launch on `sms` SMs/CUs: its tiles (blocks), the
+ * blocks one wave holds (sms x blocks per SM; 0 when either is not known),
+ * tiles / per_wave waves, and the percentage of the last wave's slots that
+ * hold a block (100 when the tiles fill every wave; NAN when not known). */
+struct waves { uint64_t tiles, per_wave; double waves, last_pct; };
+
+static struct waves geom_waves(const struct kgeom *g, int sms)
+{
+    struct waves w = { (uint64_t)g->grid[0] * g->grid[1] * g->grid[2], 0, NAN, NAN };
+    if (g->per_sm <= 0 || sms <= 0) return w;
+    w.per_wave = (uint64_t)sms * (uint64_t)g->per_sm;
+    uint64_t last = w.tiles % w.per_wave ? w.tiles % w.per_wave : w.per_wave;
+    w.waves = (double)w.tiles / (double)w.per_wave;
+    w.last_pct = 100.0 * (double)last / (double)w.per_wave;
+    return w;
+}
+
+/* Below a timed output's row, one line per kernel its launch ran (GPU; the
+ * CPU prints nothing): "  geometry C: kg_gemm_bf16 4096 tiles (64x64x1) x
+ * 256 threads; 132 SMs x 2 blocks/SM = 264 per wave; 15.52 waves, last wave
+ * 52% full".  The percentage is rounded into 1..99 unless the last wave is
+ * exactly full, so "100% full" never hides an idle slot. */
+static void print_geometry(const struct run *r, int o)
+{
+    const struct launch_geom *lg = &r->geom[o];
+    const char *sm = r->d->pf == PF_HIP ? "CU" : "SM", *name = r->out[o].name;
+    int sms = r->d->attr[AT_SMS];
+    if (r->d->kind == DEV_CPU) return;
+    if (!lg->n) printf("  geometry %s: no kernel launched (empty grid)\n", name);
+    for (int i = 0; i < lg->n; i++) {
+        const struct kgeom *g = &lg->k[i];
+        struct waves w = geom_waves(g, sms);
+        double pct = w.last_pct < 100 ? fmin(fmax(w.last_pct, 1), 99) : 100;
+        printf("  geometry %s: %s %" PRIu64 " tile%s (%ux%ux%u) x %u threads; %d %ss", name, g->name, w.tiles,
+               w.tiles == 1 ? "" : "s", g->grid[0], g->grid[1], g->grid[2], g->threads, sms, sm);
+        if (w.per_wave)
+            printf(" x %d blocks/%s = %" PRIu64 " per wave; %.2f waves, last wave %.0f%% full\n", g->per_sm, sm,
+                   w.per_wave, w.waves, pct);
+        else
+            printf(", blocks/%s not known (no answer from the occupancy API): waves not known\n", sm);
+    }
+}
+
 /* The table row of output o; outputs computed by another output's launch
  * show "with <owner>" where the time would be. */
 static void print_row(const struct run *r, int o, const struct result *res)
@@ -3835,6 +3928,7 @@ static void print_row(const struct run *r, int o, const struct result *res)
     } else {
         printf(" %10s %10s %10s %4s %9s %6s\n", "-", "-", "-", "-", "-", "-");
     }
+    if (x->timed) print_geometry(r, o);
     for (size_t g = 0; g < N_GATES; g++)
         if (!x->v[g].pass)
             printf("    FAIL %s (%s): %s\n", GATES[g].name, x->failed_when, x->v[g].detail);
@@ -3863,8 +3957,34 @@ static void json_str(FILE *f, const char *key, const char *s, int comma)
     fprintf(f, "\"%s", comma ? "," : "");
 }
 
+/* A timed output's "geometry" member for --json (GPU; the CPU adds none):
+ * per kernel its launch ran, the numbers print_geometry prints, with null
+ * for blocks_per_sm, per_wave, waves and last_wave_pct when not known. */
+static void json_geometry(FILE *f, const struct run *r, int o)
+{
+    const struct launch_geom *lg = &r->geom[o];
+    int sms = r->d->attr[AT_SMS];
+    if (r->d->kind == DEV_CPU) return;
+    fprintf(f, ",\"geometry\":[");
+    for (int i = 0; i < lg->n; i++) {
+        const struct kgeom *g = &lg->k[i];
+        struct waves w = geom_waves(g, sms);
+        fprintf(f, "%s{", i ? "," : "");
+        json_str(f, "kernel", g->name, 1);
+        fprintf(f, "\"grid\":[%u,%u,%u],\"tiles\":%" PRIu64 ",\"threads\":%u,\"sms\":%d,", g->grid[0], g->grid[1],
+               g->grid[2], w.tiles, g->threads, sms);
+        if (w.per_wave) fprintf(f, "\"blocks_per_sm\":%d,\"per_wave\":%" PRIu64 ",", g->per_sm, w.per_wave);
+        else fprintf(f, "\"blocks_per_sm\":null,\"per_wave\":null,");
+        json_num(f, "waves", w.waves, 1);
+        json_num(f, "last_wave_pct", w.last_pct, 0);
+        fprintf(f, "}");
+    }
+    fprintf(f, "]");
+}
+
 /* One output of a case as a JSON object: gates, metrics, worst tile and
- * group, time (or the output whose launch it was timed with). */
+ * group, time (or the output whose launch it was timed with) and, on a GPU,
+ * the timed launch's geometry. */
 static void json_output(FILE *f, const struct run *r, int k, const struct result *res)
 {
     const struct output *o = &r->out[k];
@@ -3924,9 +4044,14 @@ static void json_output(FILE *f, const struct run *r, int k, const struct result
         json_num(f, "min_us", x->t.min_us, 1);
         json_num(f, "max_us", x->t.max_us, 1);
         fprintf(f, "\"n\":%d,", x->t.n);
+        json_num(f, "median_rse", x->t.rse, 1);
+        fprintf(f, "\"throttled\":%d,", x->t.throttled);
+        json_num(f, "sm_clock_mhz", x->t.clock_n ? x->t.clock_mhz : NAN, 1);
+        json_num(f, "sm_clock_min_mhz", x->t.clock_n ? x->t.clock_min_mhz : NAN, 1);
         json_num(f, "tflops", x->tflops, 1);
         json_num(f, "pct_peak", x->pct_peak >= 0 ? x->pct_peak : NAN, 0);
         fprintf(f, "}");
+        json_geometry(f, r, k);
     }
     fprintf(f, "}");
 }
@@ -3938,6 +4063,7 @@ struct arm_case {
     int pass;                     /* every gate passed; when cached, the ledger's verdict */
     long cached;                  /* > 0: the ledger line whose verdict is reused (no gates ran) */
     double total_us;              /* the sum of its timed launches' medians */
+    struct launch_geom geom[MAX_OUT]; /* GPU, per launch owner: the kernels its last launch ran */
 };
 
 #define MAX_ROUNDS 100
@@ -4037,11 +4163,12 @@ static void print_rounds(const struct arm_case *ac, const struct rounds *rd)
 /* Report a case on its arms: table rows (with an arm header line when
  * there are several, and a timer line under each timed row) and the
  * rounds; or, with --json, one object per arm and one for the rounds. */
-static void report_arms(const struct run *r, const struct arm_case *ac, int narms, const struct rounds *rd, int pass)
+static void report_arms(struct run *r, struct arm_case *ac, int narms, const struct rounds *rd, int pass)
 {
     const struct opts *o = r->o;
     if (o->quiet) return;
     for (int a = 0; a < narms; a++) {
+        r->geom = ac[a].geom;
         if (o->json) {
             json_case(stdout, r, &ac[a], pass && ac[a].pass);
             printf("\n");
@@ -4456,10 +4583,11 @@ static void ledger_fields(FILE *f, const struct ledger *lg, const struct run *r,
 
 /* One ledger line per arm of a case that ran, and each arm's compile log
  * and options beside the ledger. */
-static void ledger_write_case(struct ledger *lg, const struct run *r, const struct arm_case *ac, int narms,
+static void ledger_write_case(struct ledger *lg, struct run *r, struct arm_case *ac, int narms,
                               const struct rounds *rd, int pass)
 {
     for (int a = 0; a < narms; a++) {
+        r->geom = ac[a].geom;
         char *fields = NULL;
         size_t len = 0;
         FILE *f = open_memstream(&fields, &len);
@@ -4609,13 +4737,14 @@ static void check_tolerance(const struct opts *o, enum dtype t, const char *labe
             "--why \"reason\"", label, DTYPES[t].name, DTYPES[t].rtol, DTYPES[t].atol);
 }
 
-/* Poison and launch every launch of the case (owners in order), wait; 1 if
- * a launched kernel declares atomics. */
+/* Poison and launch every launch of the case (owners in order, their
+ * kernels noted in r->geom for the report), wait; 1 if a launched kernel
+ * declares atomics. */
 static int launch_all(struct run *r)
 {
     r->d->launched_atomics = r->d->kind == DEV_CPU && getenv("KGATE_TEST_ATOMICS");
     for (int k = 0; k < r->nout; k++)
-        if (r->out[k].launch == k) poison_launch(r, k), r->c->op->launch(r, k);
+        if (r->out[k].launch == k) poison_launch(r, k), launch_recorded(r, k);
     dev_sync(r->d);
     return r->d->launched_atomics;
 }
@@ -4764,6 +4893,7 @@ static void gate_arm(struct run *r, struct arm_case *ac, int repeat, const char 
                      FILE *progress)
 {
     arm_use(r->d, ac->arm);
+    r->geom = ac->geom;
     struct result *res = ac->res;
     if (r->q) q_stage(r);
     launch_all(r);
@@ -4780,6 +4910,17 @@ static void gate_arm(struct run *r, struct arm_case *ac, int repeat, const char 
         free(raw1[k]);
     }
     free(raw1);
+}
+
+/* Launch every output of arm ac once, untimed and ungated, to note its
+ * launch geometry (for an arm whose gates the ledger's verdict stands for). */
+static void record_geometry(struct run *r, struct arm_case *ac)
+{
+    arm_use(r->d, ac->arm);
+    r->geom = ac->geom;
+    for (int k = 0; k < r->nout; k++)
+        if (r->out[k].launch == k) launch_recorded(r, k);
+    dev_sync(r->d);
 }
 
 /* The median, lowest and highest of n values (n >= 1). */
@@ -4914,6 +5055,8 @@ static int run_arms(const struct kcase *c, struct device *d, const struct opts *
         if (!ac[a].cached) gate_arm(&r, &ac[a], repeat, "check", idx, total, progress);
         pass &= ac[a].pass;
     }
+    for (int a = 0; a < narms && pass; a++)
+        if (ac[a].cached) record_geometry(&r, &ac[a]);
     if (pass && !rd) {
         arm_use(d, ac[0].arm);
         pass = ac[0].pass = time_case(&r, ac[0].res, idx, total, progress);
