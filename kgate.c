@@ -206,6 +206,7 @@ static char *read_file(const char *path, size_t *len)
 {
     FILE *f = fopen(path, "rb");
     if (!f) return NULL;
+    flock(fileno(f), LOCK_SH);   /* a ledger is read whole, between appends */
     size_t cap = 1 << 16, n = 0;
     char *buf = xmalloc(cap + 1);
     size_t got;
@@ -1526,8 +1527,9 @@ static int parse_variant_opt(struct opts *o, const char *key, const char *val)
         return key[2] ? 1 : 2;
     }
     if (strcmp(key, "--variant") == 0) {
-        if (!define_ok(val) || strchr(val, '='))
-            die(EXIT_USAGE, "--variant %s: expected a name of letters, digits and _", val);
+        size_t n = strspn(val, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-.");
+        if (!*val || val[n] || n > 48)
+            die(EXIT_USAGE, "--variant %s: expected a name of up to 48 letters, digits, '_', '-' and '.'", val);
         o->variant = val;
         return 2;
     }
