@@ -53,7 +53,7 @@ enum {
     EXIT_GATE = 1,      /* a gate failed */
     EXIT_USAGE = 2,     /* bad usage or input */
     EXIT_NORUNTIME = 3, /* no GPU runtime found */
-    EXIT_BUDGET = 4,    /* budget spent (ledger, later) */
+    EXIT_BUDGET = 4,    /* budget spent: a new candidate beyond --budget */
     EXIT_DEVICE = 5,    /* device, kernel or compiler error */
 };
 
@@ -6048,6 +6048,13 @@ static const char USAGE[] =
     "  attn      --heads Hq[:Hkv] --dim D (--seq Sq[:Sk] [--batch B] | --seqlens S,Sq:Sk,...)\n"
     "            [--causal] [--scale X] [--dtype f16|bf16] [--bwd]\n"
     "                                        attention: O and LSE; --bwd adds dQ, dK, dV\n"
+    "  compare   CASE --variant NAME (-D K=V ... | --kernels FILE)\n"
+    "                                        the reference arm (kernels.hip as shipped) and the\n"
+    "                                        candidate: every gate on both, then timed interleaved in\n"
+    "                                        rounds: time ratio, spread, A/A band, faster|parity|slower\n"
+    "  noise     CASE                        the A/A band: the arm timed against a copy of itself\n"
+    "  ledger    [verify | best]             the ledger as a table; check its hash chain; the best\n"
+    "                                        correct checkpoint per case\n"
     "  devices                               list the GPUs the runtime sees, and the CPU\n"
     "  selftest                              prove every gate against clean runs and planted faults\n"
     "  isa       [--arch A]                  compile kernels.hip for A (sm_90a, gfx942, ...; default\n"
@@ -6098,8 +6105,18 @@ static const char USAGE[] =
     "  --trades-precision TEXT  low precision: waive the 3 dB baseline rule, for this reason\n"
     "  --json           one JSON object per case on stdout (the summary goes to stderr)\n"
     "\n"
+    "porting (CASE: a case as on the command line, e.g. gemm --shape 2048x2048x2048):\n"
+    "  --variant NAME   the candidate's name; with -D or --kernels it makes a candidate arm\n"
+    "  -D NAME[=VALUE]  a definition for the candidate's compile (repeatable; e.g. GEMM_BM=128)\n"
+    "  --diagnostic     the variant counts against the budget but is not deliverable\n"
+    "  --rounds N       compare and noise: interleaved rounds (2..100, default 10)\n"
+    "  --ledger FILE    the ledger (default ./kgate.ledger; kept by compare and noise, and by\n"
+    "                   any run of a candidate or given --ledger)\n"
+    "  --budget N       distinct candidate code objects the ledger may hold (default 3); a new\n"
+    "                   one beyond it is refused with exit 4\n"
+    "\n"
     "exit: 0 every gate passed (skipped cases: the device lacks their format), 1 a gate failed,\n"
-    "      2 bad usage or input, 3 no GPU runtime,\n"
+    "      2 bad usage or input, 3 no GPU runtime, 4 budget spent,\n"
     "      5 device, kernel or compiler error\n"
     "environment: KGATE_CACHE (code-object cache dir), KGATE_THREADS, KGATE_NVRTC,\n"
     "      KGATE_HIPRTC, KGATE_CUDA, KGATE_HIP (library paths), KGATE_COMPILE_TIMEOUT (s)\n";
