@@ -4136,11 +4136,12 @@ static void json_rounds(FILE *f, const struct rounds *rd)
     json_num(f, "band", rd->band >= 0 ? rd->band : NAN, 1);
 }
 
-/* The timer's line under a timed row: samples, RSE of the median, the SM
- * clock and throttled samples. */
+/* The timer's line under a timed row: median, quartiles, min, samples,
+ * RSE of the median, the SM clock and throttled samples. */
 static void print_timer(const struct device *d, const struct timing *t)
 {
-    printf("    timer: n %d, median RSE %.2f%%", t->n, 100 * t->rse);
+    printf("    timer: median %.1f us (IQR %.1f-%.1f, min %.1f), n %d, median RSE %.2f%%", t->median_us, t->q1_us,
+           t->q3_us, t->min_us, t->n, 100 * t->rse);
     if (t->clock_n)
         printf(", SM clock %.0f MHz (lowest %.0f), %d throttled sample%s dropped\n", t->clock_mhz,
                t->clock_min_mhz, t->throttled, t->throttled == 1 ? "" : "s");
@@ -4808,9 +4809,9 @@ static void set_rate(const struct run *r, int o, struct result *x)
 }
 
 /* Time every launch of a passed case on the current arm, then re-check its
- * outputs: sets res[].t, .timed, .tflops, .pct_peak; returns 0 if a
- * re-check failed. */
-static int time_case(struct run *r, struct result *res, int idx, int total, FILE *progress)
+ * outputs (when references were computed: have_refs): sets res[].t,
+ * .timed, .tflops, .pct_peak; returns 0 if a re-check failed. */
+static int time_case(struct run *r, struct result *res, int have_refs, int idx, int total, FILE *progress)
 {
     int pass = 1;
     for (int k = 0; k < r->nout && pass; k++) {
@@ -4818,7 +4819,7 @@ static int time_case(struct run *r, struct result *res, int idx, int total, FILE
         if (progress)
             fprintf(progress, "[%d/%d] %s %s: timing\n", idx, total, r->c->label, r->out[k].name);
         time_arms(r, k, &r->d->arm, 1, 0, &res[k].t);
-        for (int j = 0; j < r->nout; j++) {
+        for (int j = 0; j < r->nout && have_refs; j++) {
             if (r->out[j].launch != k) continue;
             check_output(r, j, &res[j], NULL, "re-check after timing");
             pass &= res[j].pass;
@@ -5061,7 +5062,9 @@ static int run_arms(const struct kcase *c, struct device *d, const struct opts *
         if (ac[a].cached) record_geometry(&r, &ac[a]);
     if (pass && !rd) {
         arm_use(d, ac[0].arm);
-        pass = ac[0].pass = time_case(&r, ac[0].res, idx, total, progress);
+        pass = ac[0].pass = time_case(&r, ac[0].res, have_refs, idx, total, progress);
+        for (int k = 0; k < r.nout && pass; k++)
+            if (ac[0].res[k].timed) ac[0].total_us += ac[0].res[k].t.median_us;
     } else if (pass) {
         pass = time_rounds(&r, ac, narms, rd, have_refs, idx, total, progress);
     }

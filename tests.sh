@@ -552,7 +552,7 @@ expect 0 "compare v1 (-D GEMM_BM=32): gated, timed with an A/A copy" $K compare 
 has "$tmp/out" "^arm v1: kernels.hip \(embedded\) -DGEMM_BM=32, code object [0-9a-f]{12}" "compare names the candidate arm and its code object"
 has "$tmp/out" "^A/A: reference copy / reference time [0-9.]+ \([0-9.]+ - [0-9.]+ over 4 rounds\): band \+-[0-9.]+%" "compare measures the A/A band when the ledger has none"
 has "$tmp/out" "^compare: v1 / reference time [0-9.]+ \([0-9.]+ - [0-9.]+ over 4 rounds\), band \+-[0-9.]+% \(measured now\): (faster|parity|slower)$" "compare prints the ratio, its spread, the band and a verdict"
-has "$tmp/out" "^    timer: n [0-9]+, median RSE [0-9.]+%" "every timed row has the timer's line"
+has "$tmp/out" "^    timer: median [0-9.]+ us \(IQR [0-9.]+-[0-9.]+, min [0-9.]+\), n [0-9]+, median RSE [0-9.]+%" "every timed row has the timer's line"
 [ "$(lines "$L")" -eq 3 ] && ok "one ledger line per measured arm (reference, candidate, A/A copy)" || bad "ledger has $(lines "$L") lines, want 3"
 has "$L" '"role":"candidate".*"defines":"-DGEMM_BM=32".*"code_sha256":"[0-9a-f]{64}".*"verdict":"pass".*"ratio":[0-9.]+.*"band":[0-9.]+.*"budget_used":1,"budget":3,.*"gates":\{"allclose":\{"pass":true,"value":' "the candidate's line: defines, sha256, verdict, ratio, band, budget count, every gate value"
 has "$L" '"role":"reference".*"aa_ratio":[0-9.]+' "the reference's line holds the A/A ratio"
