@@ -393,16 +393,26 @@ static void *load_table(const char *const *libs, const char *env_override, enum 
     return NULL;
 }
 
+/* Open the run-time compiler of platform pf: 0 on success, else -1 and
+ * `msg` says so, naming every library tried. */
+static int rtc_open(enum platform pf, struct rtc *c, char *msg, size_t n)
+{
+    char tried[1024] = "", why[256] = "";
+    const char *env = pf == PF_CUDA ? "KGATE_NVRTC" : "KGATE_HIPRTC";
+    if (load_table(RTC_LIBS[pf], env, pf, RTC_ROWS, sizeof RTC_ROWS / sizeof *RTC_ROWS, c,
+                   tried, sizeof tried, why, sizeof why))
+        return 0;
+    snprintf(msg, n, "no %s run-time compiler found (tried %s%s%s)", RTC_NAME[pf], tried,
+             *why ? "; " : "", why);
+    return -1;
+}
+
 /* The run-time compiler of platform pf; exits 3 naming every library tried
  * when there is none. */
 static void load_rtc(enum platform pf, struct rtc *c)
 {
-    char tried[1024] = "", why[256] = "";
-    const char *env = pf == PF_CUDA ? "KGATE_NVRTC" : "KGATE_HIPRTC";
-    if (!load_table(RTC_LIBS[pf], env, pf, RTC_ROWS, sizeof RTC_ROWS / sizeof *RTC_ROWS, c,
-                    tried, sizeof tried, why, sizeof why))
-        die(EXIT_NORUNTIME, "no %s run-time compiler found (tried %s%s%s)", RTC_NAME[pf], tried,
-            *why ? "; " : "", why);
+    char msg[1400];
+    if (rtc_open(pf, c, msg, sizeof msg) != 0) die(EXIT_NORUNTIME, "%s", msg);
 }
 
 /* ===== Device ===== */
@@ -735,6 +745,15 @@ static const char *cache_dir(void)
     return dir;
 }
 
+/* In a compiler's child process: the crash or hang that tests plant with
+ * $KGATE_TEST_COMPILER (crash|hang); nothing otherwise. */
+static void compiler_test_hook(void)
+{
+    const char *hook = getenv("KGATE_TEST_COMPILER");
+    if (hook && strcmp(hook, "crash") == 0) raise(SIGSEGV);
+    if (hook && strcmp(hook, "hang") == 0) for (;;) pause();
+}
+
 /* The compiler's child process: compile, write the log and (on success) the
  * code object into the cache, exit 0 (compiled), 1 (compile error) or 2
  * (could not run the compiler).  Runs after fork(), so a crash or hang of the
@@ -742,9 +761,7 @@ static const char *cache_dir(void)
 static int compile_child(const struct rtc *c, const char *src, const char *name,
                          const char *const *opts, int nopts, const struct code_obj *co)
 {
-    const char *hook = getenv("KGATE_TEST_COMPILER");   /* tests plant a crash or a hang */
-    if (hook && strcmp(hook, "crash") == 0) raise(SIGSEGV);
-    if (hook && strcmp(hook, "hang") == 0) for (;;) pause();
+    compiler_test_hook();
     void *prog = NULL;
     int r = c->create(&prog, src, name, 0, NULL, NULL);
     if (r != 0) {
@@ -782,9 +799,21 @@ static void print_log_head(const char *path, int max_lines)
     free(log);
 }
 
-/* Wait for the compiler child; exit 5 with one clear line if it crashed,
- * hung past $KGATE_COMPILE_TIMEOUT seconds (default 600), or failed. */
-static void compile_wait(pid_t pid, const char *what, const struct code_obj *co)
+/* Fork a compiler's child process: 0 in the child, its pid in the parent;
+ * exits 5 if there can be no child. */
+static pid_t compile_fork(void)
+{
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid < 0) die(EXIT_DEVICE, "cannot fork the compiler: %s", strerror(errno));
+    return pid;
+}
+
+/* Wait for the compiler child (exit status 0 compiled, 1 compile error,
+ * other: could not run) and return the seconds it took; exit 5 with one
+ * clear line if it crashed, hung past $KGATE_COMPILE_TIMEOUT seconds
+ * (default 600), or failed. */
+static double compile_wait(pid_t pid, const char *what, const struct code_obj *co)
 {
     const char *env = getenv("KGATE_COMPILE_TIMEOUT");
     double limit = env ? atof(env) : 600.0, t0 = now_s();
@@ -811,6 +840,52 @@ static void compile_wait(pid_t pid, const char *what, const struct code_obj *co)
         exit(EXIT_DEVICE);
     }
     if (code != 0) die(EXIT_DEVICE, "compiler failed to run on %s (log: %s)", what, log);
+    return now_s() - t0;
+}
+
+/* Name the cache entry of a compile: co's key is a hash of the compiler's
+ * identity `ident` ("NVRTC 13.0", clang's version line), the source and the
+ * options, its paths sit in cache_dir().  Reads the cached code object when
+ * there is one: returns 1 if there was, 0 if it must be compiled into
+ * co->bin_path.  Exits if the cache directory cannot be made. */
+static int cache_lookup(const char *ident, const char *src, const char *const *opts, int nopts,
+                        struct code_obj *co)
+{
+    struct sha256 h;
+    sha256_init(&h);
+    char ver[256];
+    snprintf(ver, sizeof ver, "kgate-cache-1 %s", ident);
+    sha256_update(&h, ver, strlen(ver) + 1);
+    sha256_update(&h, src, strlen(src) + 1);
+    for (int i = 0; i < nopts; i++) sha256_update(&h, opts[i], strlen(opts[i]) + 1);
+    sha256_hex(&h, co->key);
+
+    const char *dir = cache_dir();
+    if (mkdir_p(dir) != 0) die(EXIT_DEVICE, "cannot create the cache directory %s: %s", dir, strerror(errno));
+    if (snprintf(co->bin_path, sizeof co->bin_path, "%s/%s.bin", dir, co->key) >= PATH_MAX ||
+        snprintf(co->log_path, sizeof co->log_path, "%s/%s.log", dir, co->key) >= PATH_MAX)
+        die(EXIT_USAGE, "cache directory path too long: %s", dir);
+    co->data = read_file(co->bin_path, &co->size);
+    co->cached = co->data != NULL;
+    return co->cached;
+}
+
+/* After cache_lookup and, when it missed, a compile into co->bin_path: read
+ * the code object, hash it (its identity), and say on stderr where it came
+ * from.  Exits 5 if the compile left no code object. */
+static void cache_finish(const char *what, struct code_obj *co)
+{
+    if (!co->data) co->data = read_file(co->bin_path, &co->size);
+    if (!co->data) die(EXIT_DEVICE, "compiled %s but cannot read %s", what, co->bin_path);
+    struct sha256 h;
+    sha256_init(&h);
+    sha256_update(&h, co->data, co->size);
+    sha256_hex(&h, co->sha);
+    if (co->cached)
+        fprintf(stderr, "kgate: %s: cached code object %.12s (%s)\n", what, co->sha, co->bin_path);
+    else
+        fprintf(stderr, "kgate: %s: compiled in %.2f s, code object %.12s (%s)\n", what,
+                co->seconds, co->sha, co->bin_path);
 }
 
 /* Compile `src` for `arch` with the run-time compiler `c` of platform pf, or
@@ -832,44 +907,15 @@ static void compile_source(const struct rtc *c, enum platform pf, const char *sr
 
     int ma = 0, mi = 0;
     c->version(&ma, &mi);
-    struct sha256 h;
-    sha256_init(&h);
-    char ver[64];
-    snprintf(ver, sizeof ver, "kgate-cache-1 %s %d.%d", RTC_NAME[pf], ma, mi);
-    sha256_update(&h, ver, strlen(ver) + 1);
-    sha256_update(&h, src, strlen(src) + 1);
-    for (int i = 0; i < nopts; i++) sha256_update(&h, opts[i], strlen(opts[i]) + 1);
-    sha256_hex(&h, co->key);
-
-    const char *dir = cache_dir();
-    if (mkdir_p(dir) != 0) die(EXIT_DEVICE, "cannot create the cache directory %s: %s", dir, strerror(errno));
-    if (snprintf(co->bin_path, sizeof co->bin_path, "%s/%s.bin", dir, co->key) >= PATH_MAX ||
-        snprintf(co->log_path, sizeof co->log_path, "%s/%s.log", dir, co->key) >= PATH_MAX)
-        die(EXIT_USAGE, "cache directory path too long: %s", dir);
-    char what[256];
-    snprintf(what, sizeof what, "%s for %s with %s %d.%d", name, arch, RTC_NAME[pf], ma, mi);
-
-    co->data = read_file(co->bin_path, &co->size);
-    co->cached = co->data != NULL;
-    if (!co->data) {
-        double t0 = now_s();
-        fflush(NULL);
-        pid_t pid = fork();
-        if (pid < 0) die(EXIT_DEVICE, "cannot fork the compiler: %s", strerror(errno));
+    char ident[64], what[256];
+    snprintf(ident, sizeof ident, "%s %d.%d", RTC_NAME[pf], ma, mi);
+    snprintf(what, sizeof what, "%s for %s with %s", name, arch, ident);
+    if (!cache_lookup(ident, src, opts, nopts, co)) {
+        pid_t pid = compile_fork();
         if (pid == 0) _exit(compile_child(c, src, name, opts, nopts, co));
-        compile_wait(pid, what, co);
-        co->seconds = now_s() - t0;
-        co->data = read_file(co->bin_path, &co->size);
-        if (!co->data) die(EXIT_DEVICE, "compiled %s but cannot read %s", what, co->bin_path);
+        co->seconds = compile_wait(pid, what, co);
     }
-    sha256_init(&h);
-    sha256_update(&h, co->data, co->size);
-    sha256_hex(&h, co->sha);
-    if (co->cached)
-        fprintf(stderr, "kgate: %s: cached code object %.12s (%s)\n", what, co->sha, co->bin_path);
-    else
-        fprintf(stderr, "kgate: %s: compiled in %.2f s, code object %.12s (%s)\n", what,
-                co->seconds, co->sha, co->bin_path);
+    cache_finish(what, co);
 }
 
 /* ===== Cases ===== */
