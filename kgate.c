@@ -4528,6 +4528,16 @@ static void list_add(char *buf, size_t n, const char *name)
         snprintf(buf + n - 4, 4, "...");
 }
 
+/* In a child process: exec argv (argv[0] a path, no shell) with its stdout
+ * and stderr on fd.  Returns only if it cannot (errno set). */
+static void exec_into(int fd, const char *const *argv)
+{
+    dup2(fd, STDOUT_FILENO);
+    dup2(fd, STDERR_FILENO);
+    close(fd);
+    execv(argv[0], (char *const *)argv);
+}
+
 /* Start the program at argv[0] (a path) with its stdout and stderr into a
  * pipe, without a shell: the pipe's read end, or NULL (errno set). */
 static FILE *tool_open(const char *const *argv, pid_t *pid)
@@ -4540,10 +4550,8 @@ static FILE *tool_open(const char *const *argv, pid_t *pid)
         return NULL;
     }
     if (*pid == 0) {
-        dup2(fd[1], STDOUT_FILENO);
-        dup2(fd[1], STDERR_FILENO);
-        close(fd[0]), close(fd[1]);
-        execv(argv[0], (char *const *)argv);
+        close(fd[0]);
+        exec_into(fd[1], argv);
         _exit(127);
     }
     close(fd[1]);
@@ -4599,10 +4607,7 @@ static int clang_child(const char *const *argv, const char *log_path)
     compiler_test_hook();
     int fd = open(log_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
     if (fd < 0) return 2;
-    dup2(fd, STDOUT_FILENO);
-    dup2(fd, STDERR_FILENO);
-    close(fd);
-    execv(argv[0], (char *const *)argv);
+    exec_into(fd, argv);
     dprintf(STDERR_FILENO, "cannot run %s: %s\n", argv[0], strerror(errno));
     return 2;
 }
@@ -4713,6 +4718,17 @@ static const struct { const char *head; int r; } ISA_COLUMNS[PF_COUNT][IR_COUNT]
     { { "vgpr", IR_REGS }, { "agpr", IR_AGPRS }, { "sgpr", IR_SGPRS }, { "lds", IR_SHARED },
       { "scratch", IR_STACK }, { "vspill", IR_VSPILL }, { "sspill", IR_SSPILL } },
 };
+
+/* A key of a tool's resource records, and the resource it gives. */
+struct isa_key { const char *key; int r; };
+
+/* The resource that `key` (klen characters) names in keys[0..n), or -1. */
+static int isa_key(const struct isa_key *keys, size_t n, const char *key, size_t klen)
+{
+    for (size_t i = 0; i < n; i++)
+        if (strlen(keys[i].key) == klen && strncmp(key, keys[i].key, klen) == 0) return keys[i].r;
+    return -1;
+}
 
 /* One function of a code object, as its disassembly shows it. */
 struct isa_kernel {
@@ -4832,18 +4848,19 @@ static void parse_sass(struct isa_list *l, struct isa_parse *p, const char *line
  * LOCAL:0 CONSTANT[0]:...". */
 static void parse_resusage(struct isa_list *l, struct isa_parse *p, const char *line)
 {
-    static const struct { const char *key; int r; } KEYS[] = {
-        { "REG:", IR_REGS }, { "STACK:", IR_STACK }, { "SHARED:", IR_SHARED }, { "LOCAL:", IR_LOCAL },
+    static const struct isa_key KEYS[] = {
+        { "REG", IR_REGS }, { "STACK", IR_STACK }, { "SHARED", IR_SHARED }, { "LOCAL", IR_LOCAL },
     };
     const char *s = line + strspn(line, " \t");
     if (strncmp(s, "Function ", 9) == 0) {
         p->cur = isa_find(l, s + 9, strcspn(s + 9, ":"));
         return;
     }
-    for (; p->cur >= 0 && *s; s += strcspn(s, " \t"), s += strspn(s, " \t"))
-        for (size_t i = 0; i < sizeof KEYS / sizeof *KEYS; i++)
-            if (strncmp(s, KEYS[i].key, strlen(KEYS[i].key)) == 0)
-                l->k[p->cur].res[KEYS[i].r] = strtol(s + strlen(KEYS[i].key), NULL, 10);
+    for (; p->cur >= 0 && *s; s += strcspn(s, " \t"), s += strspn(s, " \t")) {
+        size_t klen = strcspn(s, ": \t");
+        int r = s[klen] == ':' ? isa_key(KEYS, sizeof KEYS / sizeof *KEYS, s, klen) : -1;
+        if (r >= 0) l->k[p->cur].res[r] = strtol(s + klen + 1, NULL, 10);
+    }
 }
 
 /* nvdisasm (the whole cubin): a "//---- .text.NAME ----" header opens a
@@ -4907,7 +4924,7 @@ static void parse_objdump(struct isa_list *l, struct isa_parse *p, const char *l
  * .args list is deeper); its .name comes after some of its values. */
 static void parse_notes(struct isa_list *l, struct isa_parse *p, const char *line)
 {
-    static const struct { const char *key; int r; } KEYS[] = {
+    static const struct isa_key KEYS[] = {
         { ".vgpr_count", IR_REGS }, { ".agpr_count", IR_AGPRS }, { ".sgpr_count", IR_SGPRS },
         { ".group_segment_fixed_size", IR_SHARED }, { ".private_segment_fixed_size", IR_STACK },
         { ".vgpr_spill_count", IR_VSPILL }, { ".sgpr_spill_count", IR_SSPILL },
@@ -4928,9 +4945,8 @@ static void parse_notes(struct isa_list *l, struct isa_parse *p, const char *lin
                 if (p->vals[r] >= 0) l->k[p->cur].res[r] = p->vals[r];
         return;
     }
-    for (size_t i = 0; i < sizeof KEYS / sizeof *KEYS; i++)
-        if (strlen(KEYS[i].key) == klen && strncmp(key, KEYS[i].key, klen) == 0)
-            *(p->cur >= 0 ? &l->k[p->cur].res[KEYS[i].r] : &p->vals[KEYS[i].r]) = strtol(val, NULL, 10);
+    int r = isa_key(KEYS, sizeof KEYS / sizeof *KEYS, key, klen);
+    if (r >= 0) *(p->cur >= 0 ? &l->k[p->cur].res[r] : &p->vals[r]) = strtol(val, NULL, 10);
 }
 
 /* Disassemblers, per platform in order of preference.  cuobjdump's resources
@@ -5057,12 +5073,10 @@ static int isa_check(const struct isa_list *l, int c, const char *const *kernels
     if (!kernels) {
         for (int i = 0; i < l->n; i++)
             if (l->k[i].matrix[c]) count++, list_add(names, sizeof names, l->k[i].name);
-        if (count)
-            snprintf(why, n, "%d of %d kernels hold %s instructions: %s", count, l->n, cls, names);
-        else
-            snprintf(why, n, "none of the %d kernels holds %s instructions%s%s%s", l->n, cls,
-                     ISA_CLASSES[c].pf != l->pf ? " (an " : "", ISA_CLASSES[c].pf != l->pf ?
-                     VENDOR[ISA_CLASSES[c].pf] : "", ISA_CLASSES[c].pf != l->pf ? " class)" : "");
+        char other[32] = "";
+        if (ISA_CLASSES[c].pf != l->pf) snprintf(other, sizeof other, " (an %s class)", VENDOR[ISA_CLASSES[c].pf]);
+        if (count) snprintf(why, n, "%d of %d kernels hold %s instructions: %s", count, l->n, cls, names);
+        else snprintf(why, n, "none of the %d kernels holds %s instructions%s", l->n, cls, other);
         return count > 0;
     }
     for (int j = 0; j < nkernels; j++) {
