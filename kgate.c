@@ -4615,30 +4615,31 @@ static int clang_child(const char *const *argv, const char *log_path)
 /* Compile `src` for AMD `arch` with the offline compiler `clang` (a path):
  * device code only, no HIP headers (kernels.hip's bare-clang prelude), -O3,
  * plus `extra` options.  Same cache as compile_source, keyed by clang's
- * version line, the source and the options; the source is written beside
- * the code object.  The compile runs in a child process, with
+ * version line, the source (with a #line naming it) and the options; that
+ * source is written beside the code object.  The compile runs in a child process, with
  * compile_source's crash, hang and error handling (exit 5). */
 static void compile_clang(const char *clang, const char *src, const char *name, const char *arch,
                           const char *const *extra, int nextra, struct code_obj *co)
 {
     char archopt[128], ident[200], what[PATH_MAX + 600];
     snprintf(archopt, sizeof archopt, "--offload-arch=%s", arch);
+    /* -fuse-cuid=none: no symbol named after the path of the source's copy,
+     * so the code object is the same wherever the cache is. */
     const char *opts[64] = { "-x", "hip", archopt, "-nogpulib", "-nogpuinc", "--cuda-device-only",
-                             "--no-gpu-bundle-output", "-O3" };
-    int nopts = 8;
+                             "--no-gpu-bundle-output", "-fuse-cuid=none", "-O3" };
+    int nopts = 9;
     for (int i = 0; i < nextra && nopts < 64; i++) opts[nopts++] = extra[i];
     clang_ident(clang, ident, sizeof ident);
     snprintf(what, sizeof what, "%s for %s with %s (%s)", name, arch, clang, ident);
-    if (!cache_lookup(ident, src, opts, nopts, co)) {
+    size_t len = strlen(src) + strlen(name) + 32;
+    char *text = xmalloc(len);   /* what clang reads: messages (and the code object) name the source */
+    len = (size_t)snprintf(text, len, "#line 1 \"%s\"\n%s", strpbrk(name, "\"\\\n") ? "source" : name, src);
+    if (!cache_lookup(ident, text, opts, nopts, co)) {
         char src_path[PATH_MAX + 8], out_path[PATH_MAX + 32];
         snprintf(src_path, sizeof src_path, "%.*s.hip", (int)strlen(co->bin_path) - 4, co->bin_path);
         snprintf(out_path, sizeof out_path, "%s.tmp.%d", co->bin_path, (int)getpid());
-        size_t len = strlen(src) + strlen(name) + 32;
-        char *text = xmalloc(len);   /* messages name the source, not its copy */
-        len = (size_t)snprintf(text, len, "#line 1 \"%s\"\n%s", strpbrk(name, "\"\\\n") ? "source" : name, src);
         if (write_file_atomic(src_path, text, len) != 0)
             die(EXIT_DEVICE, "cannot write %s: %s", src_path, strerror(errno));
-        free(text);
         const char *argv[64 + 5];
         int n = 0;
         argv[n++] = clang;
@@ -4650,6 +4651,7 @@ static void compile_clang(const char *clang, const char *src, const char *name, 
         if (rename(out_path, co->bin_path) != 0)
             die(EXIT_DEVICE, "%s compiled %s but wrote no %s", clang, name, out_path);
     }
+    free(text);
     cache_finish(what, co);
 }
 
