@@ -21,6 +21,7 @@
 //   kg_quantize                        fp32 -> fp8 / FP4 codes, amax or MX (E8M0) block scales
 //   kg_qgemm_{f32,bf16}                GEMM of fp8 / FP4 codes with block scales, C = A B^T
 //   kg_qgrouped_{f32,bf16}             the same, grouped (MoE), ragged rows
+//   kg_clock                           the SM clock, read by the timer between samples
 
 // ===== Prelude: the few names that differ between compilers =====
 
@@ -90,6 +91,13 @@ __device__ static inline float kg_log(float x) {
 // after loading the code object; nonzero makes `--repeat` gate each run
 // instead of comparing the runs bit for bit (README "Kernel entry points").
 #define KG_ATOMICS(name, flag) extern "C" __device__ int name##_atomics = flag;
+
+// A/A builds: `kgate noise` compiles the reference twice, the second time with
+// -D KG_BUILD_ID=2, so that the two code objects differ (in this global) while
+// every kernel's code is the same.
+#ifdef KG_BUILD_ID
+extern "C" __device__ int kg_build_id = KG_BUILD_ID;
+#endif
 
 typedef unsigned short kg_u16;   // fp16 and bf16 are stored as their bits
 typedef long long kg_i64;
@@ -184,6 +192,15 @@ struct kg_bf16 {
 #define GEMM_THREADS (GEMM_TX * GEMM_TY)
 #define GEMM_TM (GEMM_BM / GEMM_TY)
 #define GEMM_TN (GEMM_BN / GEMM_TX)
+#if GEMM_BM % GEMM_TY || GEMM_BN % GEMM_TX || GEMM_BM < GEMM_TY || GEMM_BN < GEMM_TX
+#error "GEMM_BM and GEMM_BN must be multiples of 16"
+#endif
+
+// The tile kgate sizes the GEMM grids by (read after loading; 64 if absent).
+// Grouped launches count their row tiles on the host in tiles of 64, so a
+// build with another GEMM_BM runs gemm cases only.
+extern "C" __device__ int kg_gemm_tile_m = GEMM_BM;
+extern "C" __device__ int kg_gemm_tile_n = GEMM_BN;
 
 // One block's GEMM_BM x GEMM_BN tile of C, rows [m0, m0+GEMM_BM) and columns
 // [n0, n0+GEMM_BN), clipped to m < M and n < N: rows and columns outside are
@@ -1122,3 +1139,50 @@ __device__ static inline void kg_qgrouped(const unsigned char *A, const unsigned
 
 KG_QGEMM_ENTRIES(f32, kg_f32)
 KG_QGEMM_ENTRIES(bf16, kg_bf16)
+
+// ===== Clock probe =====
+//
+// kg_clock(out), one block of one thread: spins for KG_CLOCK_NS nanoseconds of
+// wall time and writes the SM cycles counted meanwhile to out[0] and the
+// nanoseconds to out[1].  kgate's timer launches it after each sample, outside
+// the timed window, and flags a sample whose SM clock (out[0]/out[1] GHz) is
+// below 75% of the device's clock as throttled (nvbench's rule).  NVIDIA:
+// %globaltimer and clock64().  AMD: s_memrealtime (100 MHz on gfx9) and
+// s_memtime; not yet checked on AMD hardware.  Optional in a --kernels file:
+// without it the timer says the clock was not read.
+
+#ifndef KG_CLOCK_NS
+#define KG_CLOCK_NS 20000
+#endif
+
+__device__ static inline unsigned long long kg_wall_ns() {
+#if defined(KG_CUDA)
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+#else
+    return __builtin_amdgcn_s_memrealtime() * 10ull;
+#endif
+}
+
+__device__ static inline unsigned long long kg_cycles() {
+#if defined(KG_CUDA)
+    return (unsigned long long)clock64();
+#else
+    return __builtin_amdgcn_s_memtime();
+#endif
+}
+
+KG_ATOMICS(kg_clock, 0)
+extern "C" __global__ void KG_LAUNCH_BOUNDS(32) kg_clock(unsigned long long *out)
+{
+    if (kg_tid() != 0) return;
+    const unsigned long long t0 = kg_wall_ns(), c0 = kg_cycles();
+    unsigned long long t1, c1;
+    do {
+        t1 = kg_wall_ns();
+        c1 = kg_cycles();
+    } while (t1 - t0 < KG_CLOCK_NS);
+    out[0] = c1 - c0;
+    out[1] = t1 - t0;
+}

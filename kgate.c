@@ -38,6 +38,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/wait.h>
@@ -52,7 +54,7 @@ enum {
     EXIT_GATE = 1,      /* a gate failed */
     EXIT_USAGE = 2,     /* bad usage or input */
     EXIT_NORUNTIME = 3, /* no GPU runtime found */
-    EXIT_BUDGET = 4,    /* budget spent (ledger, later) */
+    EXIT_BUDGET = 4,    /* budget spent: a new candidate beyond --budget */
     EXIT_DEVICE = 5,    /* device, kernel or compiler error */
 };
 
@@ -63,6 +65,7 @@ enum {
 #define KG_ATTN_DMAX 256            /* the largest attention head dim */
 #define MAX_GROUPS 4096             /* grouped GEMM groups, attention sequences */
 #define MAX_HEADS 1024              /* attention heads (a grid dimension) */
+#define MAX_DEFINES 32              /* -D K=V of one variant */
 
 /* ===== Utilities ===== */
 
@@ -204,6 +207,7 @@ static char *read_file(const char *path, size_t *len)
 {
     FILE *f = fopen(path, "rb");
     if (!f) return NULL;
+    flock(fileno(f), LOCK_SH);   /* a ledger is read whole, between appends */
     size_t cap = 1 << 16, n = 0;
     char *buf = xmalloc(cap + 1);
     size_t got;
@@ -305,7 +309,10 @@ typedef int kg_res;
     X(0, err_name_hip, const char *, (kg_res), "", "hipGetErrorName")                      \
     X(0, props_hip, kg_res, (void *, int), "", "hipGetDevicePropertiesR0600")             \
     X(0, module_global, kg_res, (uint64_t *, size_t *, void *, const char *),              \
-      "cuModuleGetGlobal_v2", "hipModuleGetGlobal")
+      "cuModuleGetGlobal_v2", "hipModuleGetGlobal")                                         \
+    X(0, occupancy, kg_res, (int *, void *, int, size_t),                                  \
+      "cuOccupancyMaxActiveBlocksPerMultiprocessor",                                        \
+      "hipModuleOccupancyMaxActiveBlocksPerMultiprocessor")
 
 /* The run-time compilers: NVRTC and hiprtc, same shape again. */
 #define RTC_SYMS(X)                                                                         \
@@ -455,6 +462,8 @@ static const struct peak_row PEAKS[] = {
 
 enum dev_kind { DEV_CPU, DEV_GPU };
 struct code_obj;
+struct arm;
+struct launch_geom;
 
 struct device {
     enum dev_kind kind;
@@ -470,13 +479,16 @@ struct device {
     int driver_version;
     char compiler[64];    /* "NVRTC 13.0" */
     double peak_f32, peak_mma16;  /* FLOP/s; 0 = not known */
-    void *ctx, *stream, *module;
+    void *ctx, *stream, *module;  /* module: the current arm's (GPU) */
     void *ev[2];          /* timer events, made on first use */
-    struct code_obj *code; /* the loaded kernels (GPU) */
+    uint64_t clock_buf;   /* the clock probe's readings, two per sample */
+    struct arm *arm;      /* the arm whose kernels launch now */
     uint64_t flush;       /* L2 flush buffer */
     size_t flush_bytes;
     char flush_note[64];
     int launched_atomics; /* a kernel launched since this was cleared declares atomics */
+    struct kfns *kfns;    /* the current arm's kernels (GPU) */
+    struct launch_geom *geom; /* non-NULL: gpu_launch notes each kernel it launches here */
 };
 
 static const char *gpu_err_name(const struct device *d, kg_res r)
@@ -678,38 +690,81 @@ static void dev_sync(struct device *d)
 
 #define MAX_KERNELS 64
 
-/* The loaded code object's kernels, each looked up once by name: its
+/* A loaded code object's kernels, each looked up once by name: its
  * function, and whether its source declares that it accumulates with atomics
  * (a device global `int NAME_atomics` that is nonzero; README "Kernel entry
  * points"), so that its repeats are gated instead of compared bit for bit. */
 struct kfn { const char *name; void *fn; int atomics; };
-static struct { struct kfn k[MAX_KERNELS]; int n; } KFN;
+struct kfns { struct kfn k[MAX_KERNELS]; int n; };
 
+/* The int device global NAME+SUFFIX of the current module, or `dflt` when
+ * the code object has none. */
+static int module_int(struct device *d, const char *name, const char *suffix, int dflt)
+{
+    char global[160];
+    uint64_t p = 0;
+    size_t bytes = 0;
+    int v = dflt;
+    snprintf(global, sizeof global, "%s%s", name, suffix);
+    if (d->rt.module_global && d->rt.module_global(&p, &bytes, d->module, global) == 0 && bytes >= sizeof v)
+        gpu_check(d, d->rt.d2h(&v, p, sizeof v), "reading a device global of the code object");
+    return v;
+}
+
+/* Kernel `name` of the current arm's module, looked up on first use; exit 5
+ * if the code object lacks it. */
 static const struct kfn *kernel_lookup(struct device *d, const char *name)
 {
-    for (int i = 0; i < KFN.n; i++)
-        if (strcmp(KFN.k[i].name, name) == 0) return &KFN.k[i];
-    if (KFN.n == MAX_KERNELS) die(EXIT_DEVICE, "internal: more than %d kernels", MAX_KERNELS);
-    struct kfn *k = &KFN.k[KFN.n];
+    struct kfns *t = d->kfns;
+    for (int i = 0; i < t->n; i++)
+        if (strcmp(t->k[i].name, name) == 0) return &t->k[i];
+    if (t->n == MAX_KERNELS) die(EXIT_DEVICE, "internal: more than %d kernels", MAX_KERNELS);
+    struct kfn *k = &t->k[t->n];
     kg_res res = d->rt.module_fn(&k->fn, d->module, name);
     if (res != 0 || !k->fn)
         die(EXIT_DEVICE, "the code object lacks kernel %s (%s); a --kernels file must define "
             "every entry point (README)", name, gpu_err_name(d, res));
-    char global[160];
-    uint64_t p = 0;
-    size_t bytes = 0;
-    int flag = 0;
-    snprintf(global, sizeof global, "%s_atomics", name);
-    if (d->rt.module_global && d->rt.module_global(&p, &bytes, d->module, global) == 0 && bytes >= sizeof flag)
-        gpu_check(d, d->rt.d2h(&flag, p, sizeof flag), "reading a kernel's atomics declaration");
-    k->name = name, k->atomics = flag != 0;
-    KFN.n++;
+    k->name = name, k->atomics = module_int(d, name, "_atomics", 0) != 0;
+    t->n++;
     return k;
+}
+
+#define MAX_GEOM 4   /* kernels one output's launch runs: the attention backward runs 3 */
+
+/* One kernel launch as the report shows it: the grid (its blocks are the
+ * tiles), the threads per block, and how many such blocks one SM/CU holds at
+ * once by the occupancy API (0 = not known). */
+struct kgeom { const char *name; unsigned grid[3], threads; int per_sm; };
+
+/* The kernels one output's launch ran, in launch order. */
+struct launch_geom { int n; struct kgeom k[MAX_GEOM]; };
+
+/* Blocks of `threads` threads of kernel k that one SM/CU holds at once, by
+ * cuOccupancyMaxActiveBlocksPerMultiprocessor or its HIP module twin, with
+ * no dynamic shared memory (gpu_launch passes none); 0 when the runtime
+ * lacks the call or it fails. */
+static int kernel_blocks_per_sm(const struct device *d, const struct kfn *k, unsigned threads)
+{
+    int n = 0;
+    if (!d->rt.occupancy || d->rt.occupancy(&n, k->fn, (int)threads, 0) != 0) return 0;
+    return n > 0 ? n : 0;
+}
+
+/* Note in d->geom, when set, a launch of kernel k on a gx x gy x gz grid of
+ * `threads`-thread blocks, with its blocks per SM/CU. */
+static void geom_note(struct device *d, const struct kfn *k, unsigned gx, unsigned gy, unsigned gz,
+                      unsigned threads)
+{
+    struct launch_geom *g = d->geom;
+    if (!g) return;
+    if (g->n == MAX_GEOM) die(EXIT_DEVICE, "internal: more than %d kernels in one launch", MAX_GEOM);
+    g->k[g->n++] = (struct kgeom){ k->name, { gx, gy, gz }, threads, kernel_blocks_per_sm(d, k, threads) };
 }
 
 /* Launch kernel `name` (a static string) on a gx x gy x gz grid of blocks of
  * `threads` threads; an empty grid launches nothing.  Notes in
- * d->launched_atomics whether the kernel declares atomics. */
+ * d->launched_atomics whether the kernel declares atomics, and in d->geom
+ * (when set) the geometry of what it launched. */
 static void gpu_launch(struct device *d, const char *name, unsigned gx, unsigned gy, unsigned gz,
                        unsigned threads, void **params)
 {
@@ -718,6 +773,7 @@ static void gpu_launch(struct device *d, const char *name, unsigned gx, unsigned
     if (!gx || !gy || !gz) return;
     kg_res r = d->rt.launch(k->fn, gx, gy, gz, threads, 1, 1, 0, d->stream, params, NULL);
     if (r != 0) die(EXIT_DEVICE, "launching %s failed: %s (%d)", name, gpu_err_name(d, r), r);
+    geom_note(d, k, gx, gy, gz, threads);
 }
 
 /* ===== Compile cache ===== */
@@ -919,6 +975,84 @@ static void compile_source(const struct rtc *c, enum platform pf, const char *sr
     cache_finish(what, co);
 }
 
+/* --- arms: the builds a command runs side by side --- */
+
+/* One build of the kernels: the reference arm (kernels.hip as shipped) or a
+ * candidate (--variant NAME with -D definitions, or a --kernels FILE).  Its
+ * identity is the sha256 of its code object.  The CPU device compiles
+ * nothing and always runs ref.c's candidate; there an arm's identity is the
+ * sha256 of its source and options, so that the ledger and the budget work
+ * the same way without a GPU. */
+struct arm {
+    char name[64];                /* "reference", or the --variant name */
+    const char *src, *src_name;   /* the source text and what to call it */
+    char *defines[MAX_DEFINES + 1]; /* "-DNAME=VALUE", owned */
+    int ndefines;
+    char options[1024];           /* the definitions as one line, for reports and the ledger */
+    int candidate, diagnostic;
+    int copy;                     /* the A/A copy of another arm (noise, compare) */
+    struct code_obj code;
+    void *module;                 /* GPU: the loaded code object */
+    struct kfns kfns;
+    int tile_m, tile_n;           /* the GEMM tile it publishes (kg_gemm_tile_m/_n; 64 if absent) */
+};
+
+/* Add the definition "NAME[=VALUE]" to arm a. */
+static void arm_define(struct arm *a, const char *def)
+{
+    if (a->ndefines == MAX_DEFINES) die(EXIT_USAGE, "at most %d -D definitions", MAX_DEFINES);
+    size_t n = strlen(def) + 3;
+    a->defines[a->ndefines] = xmalloc(n);
+    snprintf(a->defines[a->ndefines++], n, "-D%s", def);
+    size_t used = strlen(a->options);
+    snprintf(a->options + used, sizeof a->options - used, "%s-D%s", used ? " " : "", def);
+}
+
+/* The CPU device's stand-in for a code object: the sha256 of the arm's
+ * source and definitions. */
+static void arm_hash_cpu(struct arm *a)
+{
+    struct sha256 h;
+    sha256_init(&h);
+    sha256_update(&h, "kgate-cpu-arm", 14);
+    sha256_update(&h, a->src, strlen(a->src) + 1);
+    for (int i = 0; i < a->ndefines; i++) sha256_update(&h, a->defines[i], strlen(a->defines[i]) + 1);
+    sha256_hex(&h, a->code.sha);
+}
+
+/* Make arm a's kernels the ones that launch on d. */
+static void arm_use(struct device *d, struct arm *a)
+{
+    d->arm = a;
+    d->module = a->module;
+    d->kfns = &a->kfns;
+}
+
+/* Build arm a for device d: compile (or take from the cache) and load its
+ * code object, and read the GEMM tile it publishes; on the CPU, hash it. */
+static void arm_build(struct device *d, struct arm *a)
+{
+    a->tile_m = a->tile_n = 64;
+    if (d->kind == DEV_CPU) { arm_hash_cpu(a); return; }
+    compile_source(&d->rtc, d->pf, a->src, a->src_name, d->arch, (const char *const *)a->defines,
+                   a->ndefines, &a->code);
+    gpu_check(d, d->rt.module_load(&a->module, a->code.data), "loading the code object");
+    arm_use(d, a);
+    a->tile_m = module_int(d, "kg_gemm_tile", "_m", 64);
+    a->tile_n = module_int(d, "kg_gemm_tile", "_n", 64);
+    if (a->tile_m < 1 || a->tile_n < 1 || a->tile_m > 4096 || a->tile_n > 4096)
+        die(EXIT_DEVICE, "%s publishes a GEMM tile of %dx%d", a->src_name, a->tile_m, a->tile_n);
+}
+
+/* Give back what arm_build and arm_define took. */
+static void arm_free(struct arm *a)
+{
+    for (int i = 0; i < a->ndefines; i++) free(a->defines[i]);
+    free(a->code.data);
+    a->code.data = NULL;
+    a->ndefines = 0;
+}
+
 /* ===== Cases ===== */
 
 /* Options that apply to a whole run (not to one case). */
@@ -932,10 +1066,18 @@ struct opts {
     const char *why;
     const char *inject;           /* NULL: none */
     const char *arch;             /* isa: compile target */
-    const char *expect;           /* isa: a matrix instruction class the kernels must hold */
     int quiet;                    /* selftest: no rows, no progress */
     int repeat;                   /* runs per case compared (--repeat); 0: the command's default */
     const char *trades_precision; /* low precision: why the baseline SNR rule is waived */
+    const char *variant;          /* --variant NAME: the candidate arm's name */
+    const char *defines[MAX_DEFINES]; /* -D K=V, as given */
+    int ndefines;
+    int diagnostic;               /* --diagnostic: the variant is not deliverable */
+    const char *ledger_path;      /* --ledger FILE; NULL: ./kgate.ledger where a ledger is kept */
+    int budget;                   /* --budget N: distinct candidate code objects (0: the default) */
+    const char *expect;           /* --expect wgmma|mma|mfma|wmma: the matrix instructions required */
+    int rounds;                   /* compare and noise: interleaved rounds (0: the default) */
+    const char *command;          /* argv[1], for the ledger */
 };
 
 /* Low precision: how a block of values gets one scale (--scaling), and
@@ -1404,12 +1546,67 @@ static void case_free(struct kcase *c)
 
 /* Global options: set in `o` and return how many arguments were used (1 or
  * 2), or 0 if argv[i] is not a global option. */
+/* A -D definition: NAME or NAME=VALUE, NAME an identifier, VALUE without
+ * spaces or quotes (it reaches the compiler as one option). */
+static int define_ok(const char *d)
+{
+    if (!(isalpha((unsigned char)*d) || *d == '_')) return 0;
+    size_t n = strspn(d, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_");
+    if (!d[n]) return 1;
+    if (d[n] != '=' || !d[n + 1]) return 0;
+    for (const char *p = d + n + 1; *p; p++)
+        if (isspace((unsigned char)*p) || *p == '"' || *p == '\'' || *p == '\\') return 0;
+    return 1;
+}
+
+/* The porting options (--variant, -D, --diagnostic, --ledger, --budget,
+ * --expect, --rounds); `val` is the next argument.  Returns the arguments
+ * used, 0 if `key` is none of them; exit 2 on a bad value. */
+static int parse_variant_opt(struct opts *o, const char *key, const char *val)
+{
+    uint64_t v;
+    if (strcmp(key, "--diagnostic") == 0) { o->diagnostic = 1; return 1; }
+    if (strncmp(key, "-D", 2) == 0) {
+        const char *d = key[2] ? key + 2 : val;
+        if (!define_ok(d)) die(EXIT_USAGE, "-D %s: expected NAME or NAME=VALUE (an identifier; no spaces or quotes)", d);
+        if (o->ndefines == MAX_DEFINES) die(EXIT_USAGE, "-D %s: at most %d definitions", d, MAX_DEFINES);
+        o->defines[o->ndefines++] = d;
+        return key[2] ? 1 : 2;
+    }
+    if (strcmp(key, "--variant") == 0) {
+        size_t n = strspn(val, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-.");
+        if (!*val || val[n] || n > 48)
+            die(EXIT_USAGE, "--variant %s: expected a name of up to 48 letters, digits, '_', '-' and '.'", val);
+        o->variant = val;
+        return 2;
+    }
+    if (strcmp(key, "--ledger") == 0) { o->ledger_path = val; return 2; }
+    if (strcmp(key, "--budget") == 0) {
+        if (parse_u64(val, 1, 1000, &v) != 0) die(EXIT_USAGE, "--budget %s: expected a whole number from 1 to 1000", val);
+        o->budget = (int)v;
+        return 2;
+    }
+    if (strcmp(key, "--rounds") == 0) {
+        if (parse_u64(val, 2, 100, &v) != 0) die(EXIT_USAGE, "--rounds %s: expected a whole number from 2 to 100", val);
+        o->rounds = (int)v;
+        return 2;
+    }
+    if (strcmp(key, "--expect") == 0) {
+        if (strcmp(val, "wgmma") && strcmp(val, "mma") && strcmp(val, "mfma") && strcmp(val, "wmma"))
+            die(EXIT_USAGE, "--expect %s: expected wgmma, mma, mfma or wmma", val);
+        o->expect = val;
+        return 2;
+    }
+    return 0;
+}
+
 static int parse_global(struct opts *o, int argc, char **argv, int i)
 {
     const char *key = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
     static const char *const with_value[] = { "--device", "--kernels", "--shapes", "--seed",
                                               "--rtol", "--atol", "--why", "--inject", "--arch",
-                                              "--repeat", "--trades-precision", "--expect" };
+                                              "--repeat", "--trades-precision", "--variant", "-D",
+                                              "--ledger", "--budget", "--expect", "--rounds" };
     int takes = 0;
     for (size_t k = 0; k < sizeof with_value / sizeof *with_value; k++)
         if (strcmp(key, with_value[k]) == 0) takes = 1;
@@ -1444,13 +1641,12 @@ static int parse_global(struct opts *o, int argc, char **argv, int i)
     if (strcmp(key, "--why") == 0) { o->why = val; return 2; }
     if (strcmp(key, "--inject") == 0) { o->inject = val; return 2; }
     if (strcmp(key, "--arch") == 0) { o->arch = val; return 2; }
-    if (strcmp(key, "--expect") == 0) { o->expect = val; return 2; }
     if (strcmp(key, "--trades-precision") == 0) {
         if (!*val) die(EXIT_USAGE, "--trades-precision needs a reason");
         o->trades_precision = val;
         return 2;
     }
-    return 0;
+    return parse_variant_opt(o, key, val);
 }
 
 /* Apply case options argv[from..to) to c (global options are skipped when
@@ -1580,6 +1776,7 @@ struct run {
     int inputs_nonzero;           /* every input has max|x| > 0 */
     struct attn_case *attn;       /* attn cases: geometry, inputs, statistics */
     struct qrun *q;               /* low-precision cases: operands, scales, the quantize stage */
+    struct launch_geom *geom;     /* GPU, per launch owner: the kernels its last launch ran (the current arm's) */
 };
 
 static void *run_owned(struct run *r, size_t bytes)
@@ -2125,9 +2322,21 @@ static void cpu_qproduct(struct run *r, const struct output *p)
     free(a), free(b), free(sa), free(sb);
 }
 
-/* A low-precision product: GPU kg_qgemm_<out> (grid N/64 x M/64) or
- * kg_qgrouped_<out> (grid N/64 x the groups' row tiles), 256 threads,
- * reading ref.c's codes and scales; CPU: cpu_qproduct. */
+/* Blocks along a dimension of n elements in tiles of `tile`. */
+static unsigned tile_count(int n, int tile) { return (unsigned)((n + tile - 1) / tile); }
+
+/* The row tiles of a grouped launch are counted on the host in tiles of 64
+ * (group_offsets); exit 2 if the current arm's kernels use another tile. */
+static void grouped_tile_check(const struct device *d)
+{
+    if (d->arm->tile_m != 64)
+        die(EXIT_USAGE, "%s (%s): grouped launches count row tiles of 64 on the host, but this build "
+            "has GEMM_BM = %d", d->arm->name, d->arm->src_name, d->arm->tile_m);
+}
+
+/* A low-precision product: GPU kg_qgemm_<out> (grid N/BN x M/BM, the arm's
+ * tile) or kg_qgrouped_<out> (grid N/BN x the groups' row tiles), 256
+ * threads, reading ref.c's codes and scales; CPU: cpu_qproduct. */
 static void q_launch(struct run *r, int o)
 {
     struct output *p = &r->out[o];
@@ -2138,12 +2347,13 @@ static void q_launch(struct run *r, int o)
     const char *name = grouped ? (f32 ? "kg_qgrouped_f32" : "kg_qgrouped_bf16") : (f32 ? "kg_qgemm_f32" : "kg_qgemm_bf16");
     int M = (int)L->m, N = (int)L->n, K = (int)L->k, G = (int)L->groups, fmt = (int)q->f, mx = q->rule != QR_AMAX;
     int gra = (int)q->op[0].g.gr, grb = (int)q->op[1].g.gr, gck = (int)q->gk;
-    unsigned gx = (unsigned)((N + 63) / 64);
+    unsigned gx = tile_count(N, r->d->arm->tile_n);
     uint64_t *sa = &q->op[0].d_scales, *sb = &q->op[1].d_scales;
     if (!grouped) {
         void *params[] = { &L->dx, &L->dy, sa, sb, &p->buf, &M, &N, &K, &fmt, &mx, &gra, &grb, &gck };
-        gpu_launch(r->d, name, gx, (unsigned)((M + 63) / 64), 1, 256, params);
+        gpu_launch(r->d, name, gx, tile_count(M, r->d->arm->tile_m), 1, 256, params);
     } else {
+        grouped_tile_check(r->d);
         void *params[] = { &L->dx, &L->dy, sa, sb, &p->buf, &L->doffs, &L->dtiles, &G, &N, &K, &fmt, &mx,
                            &gra, &grb, &gck };
         gpu_launch(r->d, name, gx, (unsigned)L->tiles, 1, 256, params);
@@ -2151,10 +2361,10 @@ static void q_launch(struct run *r, int o)
 }
 
 /* Output o of a product (gemm or grouped).  GPU: the portable kernels, a
- * 64 x 64 tile per block of 256 threads: kg_gemm_<dt> (grid N/64 x M/64),
- * kg_grouped_<dt> (ragged rows; grid N/64 x the groups' row tiles) or
- * kg_grouped_wgrad_<dt> (ragged inner; grid N/64 x M/64 x G).  CPU:
- * cpu_product. */
+ * BM x BN tile (the arm's; 64 x 64 as shipped) per block of 256 threads:
+ * kg_gemm_<dt> (grid N/BN x M/BM), kg_grouped_<dt> (ragged rows; grid N/BN
+ * x the groups' row tiles) or kg_grouped_wgrad_<dt> (ragged inner; grid
+ * N/BN x M/BM x G).  CPU: cpu_product. */
 static void product_launch(struct run *r, int o)
 {
     static const char *const fname[3][DT_COUNT] = {
@@ -2168,7 +2378,8 @@ static void product_launch(struct run *r, int o)
     if (r->d->kind == DEV_CPU) { cpu_product(p); return; }
     const char *name = fname[L->ragged][p->dt];
     int M = (int)L->m, N = (int)L->n, K = (int)L->k, G = (int)L->groups;
-    unsigned gx = (unsigned)((N + 63) / 64), gm = (unsigned)((M + 63) / 64);
+    unsigned gx = tile_count(N, r->d->arm->tile_n), gm = tile_count(M, r->d->arm->tile_m);
+    if (L->ragged == RAG_ROWS) grouped_tile_check(r->d);
     if (L->ragged == RAG_NONE) {
         void *params[] = { &L->dx, &L->dy, &p->buf, &M, &N, &K, &L->sxm, &L->sxk,
                            &L->syk, &L->syn, &p->srow, &p->scol };
@@ -2354,6 +2565,16 @@ static void attn_launch(struct run *r, int o)
     void *qp[] = { &a->d_q, &a->d_k, &a->d_v, &a->d_do, &L->buf, &a->dsum, &dQ, &a->dcu_q, &a->dcu_k, &B, &hq,
                    &hkv, &d, &scale, &causal };
     gpu_launch(r->d, dq[t], gq, (unsigned)hq, (unsigned)B, 256, qp);
+}
+
+/* Launch o (an owner), with gpu_launch noting each kernel it runs in
+ * r->geom[o] (replacing the previous launch's notes); the CPU notes none. */
+static void launch_recorded(struct run *r, int o)
+{
+    r->geom[o].n = 0;
+    r->d->geom = &r->geom[o];
+    r->c->op->launch(r, o);
+    r->d->geom = NULL;
 }
 
 /* ===== Check plan and references ===== */
@@ -3360,23 +3581,53 @@ static int gate_index(const char *name)
 
 /* ===== Timer ===== */
 
+/* What the timer knows of one launch of one arm (notes/timing.md: median,
+ * spread, n, the SM clock per sample, throttled samples flagged). */
 struct timing {
-    int n;                        /* samples */
+    int n;                        /* samples kept (throttled ones are not) */
+    int throttled;                /* samples taken below 75% of the device's SM clock, dropped */
+    int clock_n;                  /* samples with an SM clock reading */
     double median_us, min_us, max_us, q1_us, q3_us;
+    double rse;                   /* relative standard error of the median */
+    double clock_mhz, clock_min_mhz; /* median and lowest SM clock over the samples */
 };
 
 #define TIMER_MAX_SAMPLES 2000
-#define TIMER_MIN_SAMPLES_GPU 10
+#define TIMER_MIN_SAMPLES_GPU 20
 #define TIMER_MIN_SAMPLES_CPU 3
-#define TIMER_TARGET_S 0.25       /* stop once this much kernel time is sampled... */
-#define TIMER_CAP_S 5.0           /* ...or this much wall time has passed (n >= 3; CPU n >= 1) */
+#define TIMER_RSE_GPU 0.002       /* stop once the median is known to 0.2%... */
+#define TIMER_RSE_CPU 0.01
+#define TIMER_CAP_S 3.0           /* ...or this much wall time has passed (n >= 3; CPU n >= 1) */
 #define TIMER_HARD_CAP_S 20.0     /* ...or this much, whatever n */
 #define TIMER_WARMUP_S 0.05       /* GPU warm-up by time, before the first sample */
+#define TIMER_THROTTLED 0.75      /* a sample below this fraction of the device's clock */
+#define TIMER_MAX_ARMS 3
 
 static int cmp_double(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;
     return x < y ? -1 : x > y;
+}
+
+/* The median of n sorted values. */
+static double sorted_median(const double *x, int n)
+{
+    return n % 2 ? x[n / 2] : 0.5 * (x[n / 2 - 1] + x[n / 2]);
+}
+
+/* The relative standard error of the median of n sorted samples, without
+ * assuming a distribution: half the width of the order statistics that
+ * bracket the median with 95% confidence (ranks n/2 -+ 0.98 sqrt(n)),
+ * divided by 1.96 and by the median.  1 (unknown) below 3 samples. */
+static double median_rse(const double *x, int n)
+{
+    if (n < 3) return 1;
+    double h = 0.98 * sqrt((double)n);
+    int lo = (int)floor(n / 2.0 - h), hi = (int)ceil(n / 2.0 + h);
+    if (lo < 0) lo = 0;
+    if (hi > n - 1) hi = n - 1;
+    double med = sorted_median(x, n);
+    return med > 0 ? (x[hi] - x[lo]) / (2 * 1.96) / med : 1;
 }
 
 /* Fill every output that launch o computes, guard bands included, with the
@@ -3389,10 +3640,21 @@ static void poison_launch(struct run *r, int o)
     }
 }
 
+/* The clock probe kg_clock of the current arm, or NULL when its code object
+ * has none (it is optional in a --kernels file). */
+static void *clock_probe(struct device *d)
+{
+    void *fn = NULL;
+    if (d->kind == DEV_CPU || d->rt.module_fn(&fn, d->module, "kg_clock") != 0) return NULL;
+    return fn;
+}
+
 /* One sample of launch o: L2 flushed and its outputs poisoned (both queued
  * before the start event, so outside the timed window), then the launch
- * between two device events (GPU) or two clock reads (CPU).  Milliseconds. */
-static double time_one(struct run *r, int o, unsigned char flush_byte)
+ * between two device events (GPU) or two clock reads (CPU).  On the GPU the
+ * clock probe `probe` (if any) then writes the SM clock into
+ * d->clock_buf[2*slot], after the stop event.  Milliseconds. */
+static double time_one(struct run *r, int o, unsigned char flush_byte, void *probe, int slot)
 {
     struct device *d = r->d;
     dev_fill(d, d->flush, flush_byte, d->flush_bytes);
@@ -3406,40 +3668,148 @@ static double time_one(struct run *r, int o, unsigned char flush_byte)
     gpu_check(d, d->rt.event_record(d->ev[0], d->stream), "recording a timer event");
     r->c->op->launch(r, o);
     gpu_check(d, d->rt.event_record(d->ev[1], d->stream), "recording a timer event");
+    if (probe && slot >= 0) {
+        uint64_t at = d->clock_buf + (uint64_t)slot * 2 * sizeof(uint64_t);
+        void *params[] = { &at };
+        gpu_check(d, d->rt.launch(probe, 1, 1, 1, 32, 1, 1, 0, d->stream, params, NULL), "launching kg_clock");
+    }
     gpu_check(d, d->rt.event_sync(d->ev[1]), "running the kernel (timer event)");
     gpu_check(d, d->rt.event_elapsed(&ms, d->ev[0], d->ev[1]), "reading a timer event");
     return ms;
 }
 
-/* Time output o: warm-up by time (GPU), then samples until enough kernel
- * time is collected or the wall-time cap is hit; median, quartiles, min,
- * max and n.  The output is left holding the last timed launch's result. */
-static void time_output(struct run *r, int o, struct timing *t)
+/* Events and the clock buffer, made on first use. */
+static void timer_init(struct device *d)
+{
+    if (d->kind != DEV_GPU || d->ev[0]) return;
+    for (int i = 0; i < 2; i++) gpu_check(d, d->rt.event_create(&d->ev[i], 0), "creating an event");
+    d->clock_buf = dev_alloc(d, (size_t)TIMER_MAX_ARMS * TIMER_MAX_SAMPLES * 2 * sizeof(uint64_t));
+}
+
+/* The samples of one arm during one measurement. */
+struct samples { double ms[TIMER_MAX_SAMPLES], mhz[TIMER_MAX_SAMPLES]; int n; void *probe; };
+
+/* Summarise n samples into t: throttled samples (SM clock below
+ * TIMER_THROTTLED of the device's) are counted and dropped, unless every
+ * sample is throttled; then median, quartiles, min, max, RSE, clock. */
+static void timing_summary(const struct device *d, const struct samples *s, struct timing *t)
+{
+    static double keep[TIMER_MAX_SAMPLES], clk[TIMER_MAX_SAMPLES];
+    double floor_mhz = TIMER_THROTTLED * d->attr[AT_CLOCK_KHZ] / 1000.0;
+    int n = 0, nc = 0;
+    memset(t, 0, sizeof *t);
+    for (int i = 0; i < s->n; i++) {
+        if (s->mhz[i] > 0) clk[nc++] = s->mhz[i];
+        if (s->mhz[i] > 0 && floor_mhz > 0 && s->mhz[i] < floor_mhz) t->throttled++;
+        else keep[n++] = s->ms[i];
+    }
+    if (n == 0) {   /* all throttled: keep them, the count says so */
+        for (int i = 0; i < s->n; i++) keep[i] = s->ms[i];
+        n = s->n;
+    }
+    qsort(keep, (size_t)n, sizeof *keep, cmp_double);
+    t->n = n;
+    t->min_us = keep[0] * 1e3, t->max_us = keep[n - 1] * 1e3;
+    t->median_us = sorted_median(keep, n) * 1e3;
+    t->q1_us = keep[n / 4] * 1e3, t->q3_us = keep[(3 * n) / 4 < n ? (3 * n) / 4 : n - 1] * 1e3;
+    t->rse = median_rse(keep, n);
+    t->clock_n = nc;
+    if (nc) {
+        qsort(clk, (size_t)nc, sizeof *clk, cmp_double);
+        t->clock_mhz = sorted_median(clk, nc), t->clock_min_mhz = clk[0];
+    }
+}
+
+/* Whether every arm's median is known well enough to stop: at least the
+ * minimum samples and an RSE of the median at most the target. */
+static int timer_converged(const struct device *d, struct samples *s, int narms)
+{
+    static double tmp[TIMER_MAX_SAMPLES];
+    int gpu = d->kind == DEV_GPU;
+    for (int a = 0; a < narms; a++) {
+        if (s[a].n < (gpu ? TIMER_MIN_SAMPLES_GPU : TIMER_MIN_SAMPLES_CPU)) return 0;
+        memcpy(tmp, s[a].ms, (size_t)s[a].n * sizeof *tmp);
+        qsort(tmp, (size_t)s[a].n, sizeof *tmp, cmp_double);
+        if (median_rse(tmp, s[a].n) > (gpu ? TIMER_RSE_GPU : TIMER_RSE_CPU)) return 0;
+    }
+    return 1;
+}
+
+/* Read back the SM clock of every sample (MHz = cycles / ns * 1000). */
+static void timer_read_clocks(struct device *d, struct samples *s, int narms)
+{
+    if (d->kind != DEV_GPU) return;
+    static uint64_t buf[TIMER_MAX_ARMS * TIMER_MAX_SAMPLES * 2];
+    dev_download(d, buf, d->clock_buf, sizeof buf);
+    for (int a = 0; a < narms; a++)
+        for (int i = 0; i < s[a].n; i++) {
+            const uint64_t *c = &buf[((size_t)a * TIMER_MAX_SAMPLES + (size_t)i) * 2];
+            s[a].mhz[i] = s[a].probe && c[1] ? 1e3 * (double)c[0] / (double)c[1] : 0;
+        }
+}
+
+/* Time launch o of each of the narms arms, interleaved (arm `first`, then
+ * the next, ... A B A B ...), after a warm-up by time: samples until every
+ * arm's median is known to the target RSE, or the wall-time cap is hit.
+ * t[a] gets arm a's summary.  The outputs are left holding the last timed
+ * launch's result, of the last arm timed. */
+static void time_arms(struct run *r, int o, struct arm **arms, int narms, int first, struct timing *t)
 {
     struct device *d = r->d;
-    if (d->kind == DEV_GPU && !d->ev[0])
-        for (int i = 0; i < 2; i++) gpu_check(d, d->rt.event_create(&d->ev[i], 0), "creating an event");
+    static struct samples s[TIMER_MAX_ARMS];
+    timer_init(d);
     double start = now_s();
+    for (int a = 0; a < narms; a++) {
+        s[a].n = 0;
+        arm_use(d, arms[a]);
+        s[a].probe = clock_probe(d);
+    }
     if (d->kind == DEV_GPU)
-        for (int i = 0; i < 2 || now_s() - start < TIMER_WARMUP_S; i++) time_one(r, o, 0);
-    static double ms[TIMER_MAX_SAMPLES];
-    int n = 0, min_n = d->kind == DEV_GPU ? TIMER_MIN_SAMPLES_GPU : TIMER_MIN_SAMPLES_CPU;
+        for (int i = 0; i < 2 || now_s() - start < TIMER_WARMUP_S; i++) {
+            arm_use(d, arms[i % narms]);
+            time_one(r, o, 0, NULL, -1);
+        }
     int cap_n = d->kind == DEV_GPU ? 3 : 1;   /* the CPU candidate's time is not the point */
-    double sum_s = 0;
     start = now_s();
-    while (n < TIMER_MAX_SAMPLES) {
-        ms[n] = time_one(r, o, (unsigned char)(n + 1));
-        sum_s += ms[n++] * 1e-3;
+    for (int i = 0; s[0].n < TIMER_MAX_SAMPLES; i++) {
+        for (int j = 0; j < narms; j++) {
+            int a = (first + j) % narms;
+            arm_use(d, arms[a]);
+            int slot = a * TIMER_MAX_SAMPLES + s[a].n;
+            s[a].ms[s[a].n] = time_one(r, o, (unsigned char)(i + 1), s[a].probe, slot);
+            s[a].n++;
+        }
         double wall = now_s() - start;
-        if ((n >= min_n && sum_s >= TIMER_TARGET_S) || (n >= cap_n && wall >= TIMER_CAP_S) ||
+        if ((i % 4 == 3 && timer_converged(d, s, narms)) || (s[0].n >= cap_n && wall >= TIMER_CAP_S) ||
             wall >= TIMER_HARD_CAP_S)
             break;
     }
-    qsort(ms, (size_t)n, sizeof *ms, cmp_double);
-    t->n = n;
-    t->min_us = ms[0] * 1e3, t->max_us = ms[n - 1] * 1e3;
-    t->median_us = (n % 2 ? ms[n / 2] : 0.5 * (ms[n / 2 - 1] + ms[n / 2])) * 1e3;
-    t->q1_us = ms[n / 4] * 1e3, t->q3_us = ms[(3 * n) / 4 < n ? (3 * n) / 4 : n - 1] * 1e3;
+    timer_read_clocks(d, s, narms);
+    for (int a = 0; a < narms; a++) timing_summary(d, &s[a], &t[a]);
+}
+
+/* One measurement of several arms as rounds merge into one summary per arm:
+ * the median of the round medians (and of the round quartiles), the lowest
+ * min, the highest max, the samples summed. */
+static void timing_merge(const struct timing *rounds, int nr, struct timing *t)
+{
+    double med[100], q1[100], q3[100], clk[100];
+    memset(t, 0, sizeof *t);
+    t->min_us = INFINITY, t->clock_min_mhz = INFINITY;
+    int nc = 0;
+    for (int i = 0; i < nr; i++) {
+        med[i] = rounds[i].median_us, q1[i] = rounds[i].q1_us, q3[i] = rounds[i].q3_us;
+        t->n += rounds[i].n, t->throttled += rounds[i].throttled, t->clock_n += rounds[i].clock_n;
+        t->min_us = fmin(t->min_us, rounds[i].min_us), t->max_us = fmax(t->max_us, rounds[i].max_us);
+        if (rounds[i].clock_n) clk[nc++] = rounds[i].clock_mhz, t->clock_min_mhz = fmin(t->clock_min_mhz, rounds[i].clock_min_mhz);
+    }
+    qsort(med, (size_t)nr, sizeof *med, cmp_double);
+    qsort(q1, (size_t)nr, sizeof *q1, cmp_double);
+    qsort(q3, (size_t)nr, sizeof *q3, cmp_double);
+    t->median_us = sorted_median(med, nr), t->q1_us = sorted_median(q1, nr), t->q3_us = sorted_median(q3, nr);
+    t->rse = median_rse(med, nr);
+    if (nc) qsort(clk, (size_t)nc, sizeof *clk, cmp_double), t->clock_mhz = sorted_median(clk, nc);
+    else t->clock_min_mhz = 0;
 }
 
 /* ===== Report ===== */
@@ -3539,6 +3909,49 @@ static int q_stages(const struct result *x, char why[3][256])
     return n;
 }
 
+/* The waves of one kernel launch on `sms` SMs/CUs: its tiles (blocks), the
+ * blocks one wave holds (sms x blocks per SM; 0 when either is not known),
+ * tiles / per_wave waves, and the percentage of the last wave's slots that
+ * hold a block (100 when the tiles fill every wave; NAN when not known). */
+struct waves { uint64_t tiles, per_wave; double waves, last_pct; };
+
+static struct waves geom_waves(const struct kgeom *g, int sms)
+{
+    struct waves w = { (uint64_t)g->grid[0] * g->grid[1] * g->grid[2], 0, NAN, NAN };
+    if (g->per_sm <= 0 || sms <= 0) return w;
+    w.per_wave = (uint64_t)sms * (uint64_t)g->per_sm;
+    uint64_t last = w.tiles % w.per_wave ? w.tiles % w.per_wave : w.per_wave;
+    w.waves = (double)w.tiles / (double)w.per_wave;
+    w.last_pct = 100.0 * (double)last / (double)w.per_wave;
+    return w;
+}
+
+/* Below a timed output's row, one line per kernel its launch ran (GPU; the
+ * CPU prints nothing): "  geometry C: kg_gemm_bf16 4096 tiles (64x64x1) x
+ * 256 threads; 132 SMs x 2 blocks/SM = 264 per wave; 15.52 waves, last wave
+ * 52% full".  The percentage is rounded into 1..99 unless the last wave is
+ * exactly full, so "100% full" never hides an idle slot. */
+static void print_geometry(const struct run *r, int o)
+{
+    const struct launch_geom *lg = &r->geom[o];
+    const char *sm = r->d->pf == PF_HIP ? "CU" : "SM", *name = r->out[o].name;
+    int sms = r->d->attr[AT_SMS];
+    if (r->d->kind == DEV_CPU) return;
+    if (!lg->n) printf("  geometry %s: no kernel launched (empty grid)\n", name);
+    for (int i = 0; i < lg->n; i++) {
+        const struct kgeom *g = &lg->k[i];
+        struct waves w = geom_waves(g, sms);
+        double pct = w.last_pct < 100 ? fmin(fmax(w.last_pct, 1), 99) : 100;
+        printf("  geometry %s: %s %" PRIu64 " tile%s (%ux%ux%u) x %u threads; %d %ss", name, g->name, w.tiles,
+               w.tiles == 1 ? "" : "s", g->grid[0], g->grid[1], g->grid[2], g->threads, sms, sm);
+        if (w.per_wave)
+            printf(" x %d blocks/%s = %" PRIu64 " per wave; %.2f waves, last wave %.0f%% full\n", g->per_sm, sm,
+                   w.per_wave, w.waves, pct);
+        else
+            printf(", blocks/%s not known (no answer from the occupancy API): waves not known\n", sm);
+    }
+}
+
 /* The table row of output o; outputs computed by another output's launch
  * show "with <owner>" where the time would be. */
 static void print_row(const struct run *r, int o, const struct result *res)
@@ -3564,6 +3977,7 @@ static void print_row(const struct run *r, int o, const struct result *res)
     } else {
         printf(" %10s %10s %10s %4s %9s %6s\n", "-", "-", "-", "-", "-", "-");
     }
+    if (x->timed) print_geometry(r, o);
     for (size_t g = 0; g < N_GATES; g++)
         if (!x->v[g].pass)
             printf("    FAIL %s (%s): %s\n", GATES[g].name, x->failed_when, x->v[g].detail);
@@ -3575,112 +3989,664 @@ static void print_row(const struct run *r, int o, const struct result *res)
 }
 
 /* A number for JSON: null when not finite. */
-static void json_num(const char *key, double v, int comma)
+static void json_num(FILE *f, const char *key, double v, int comma)
 {
-    if (isfinite(v)) printf("\"%s\":%.9g%s", key, v, comma ? "," : "");
-    else printf("\"%s\":null%s", key, comma ? "," : "");
+    if (isfinite(v)) fprintf(f, "\"%s\":%.9g%s", key, v, comma ? "," : "");
+    else fprintf(f, "\"%s\":null%s", key, comma ? "," : "");
 }
 
-static void json_str(const char *key, const char *s, int comma)
+static void json_str(FILE *f, const char *key, const char *s, int comma)
 {
-    printf("\"%s\":\"", key);
+    fprintf(f, "\"%s\":\"", key);
     for (; *s; s++) {
-        if (*s == '"' || *s == '\\') printf("\\%c", *s);
-        else if ((unsigned char)*s < 0x20) printf("\\u%04x", *s);
-        else putchar(*s);
+        if (*s == '"' || *s == '\\') fprintf(f, "\\%c", *s);
+        else if ((unsigned char)*s < 0x20) fprintf(f, "\\u%04x", *s);
+        else fputc(*s, f);
     }
-    printf("\"%s", comma ? "," : "");
+    fprintf(f, "\"%s", comma ? "," : "");
+}
+
+/* A timed output's "geometry" member for --json (GPU; the CPU adds none):
+ * per kernel its launch ran, the numbers print_geometry prints, with null
+ * for blocks_per_sm, per_wave, waves and last_wave_pct when not known. */
+static void json_geometry(FILE *f, const struct run *r, int o)
+{
+    const struct launch_geom *lg = &r->geom[o];
+    int sms = r->d->attr[AT_SMS];
+    if (r->d->kind == DEV_CPU) return;
+    fprintf(f, ",\"geometry\":[");
+    for (int i = 0; i < lg->n; i++) {
+        const struct kgeom *g = &lg->k[i];
+        struct waves w = geom_waves(g, sms);
+        fprintf(f, "%s{", i ? "," : "");
+        json_str(f, "kernel", g->name, 1);
+        fprintf(f, "\"grid\":[%u,%u,%u],\"tiles\":%" PRIu64 ",\"threads\":%u,\"sms\":%d,", g->grid[0], g->grid[1],
+               g->grid[2], w.tiles, g->threads, sms);
+        if (w.per_wave) fprintf(f, "\"blocks_per_sm\":%d,\"per_wave\":%" PRIu64 ",", g->per_sm, w.per_wave);
+        else fprintf(f, "\"blocks_per_sm\":null,\"per_wave\":null,");
+        json_num(f, "waves", w.waves, 1);
+        json_num(f, "last_wave_pct", w.last_pct, 0);
+        fprintf(f, "}");
+    }
+    fprintf(f, "]");
 }
 
 /* One output of a case as a JSON object: gates, metrics, worst tile and
- * group, time (or the output whose launch it was timed with). */
-static void json_output(const struct run *r, int k, const struct result *res)
+ * group, time (or the output whose launch it was timed with) and, on a GPU,
+ * the timed launch's geometry. */
+static void json_output(FILE *f, const struct run *r, int k, const struct result *res)
 {
     const struct output *o = &r->out[k];
     const struct result *x = &res[k];
-    printf("{");
-    json_str("name", o->name, 1);
-    json_str("dtype", DTYPES[o->dt].name, 1);
-    printf("\"rows\":%zu,\"cols\":%zu,\"checked\":%zu,\"full\":%s,", o->rows, o->cols, x->s.n,
+    fprintf(f, "{");
+    json_str(f, "name", o->name, 1);
+    json_str(f, "dtype", DTYPES[o->dt].name, 1);
+    fprintf(f, "\"rows\":%zu,\"cols\":%zu,\"checked\":%zu,\"full\":%s,", o->rows, o->cols, x->s.n,
            x->plan.full ? "true" : "false");
-    json_str("verdict", x->pass ? "pass" : "fail", 1);
-    printf("\"gates\":{");
+    json_str(f, "verdict", x->pass ? "pass" : "fail", 1);
+    fprintf(f, "\"gates\":{");
     for (size_t g = 0; g < N_GATES; g++) {
-        printf("%s\"%s\":{\"pass\":%s,", g ? "," : "", GATES[g].name, x->v[g].pass ? "true" : "false");
-        json_num("value", x->v[g].value, 1);
-        json_num("limit", x->v[g].limit, 0);
-        printf("}");
+        fprintf(f, "%s\"%s\":{\"pass\":%s,", g ? "," : "", GATES[g].name, x->v[g].pass ? "true" : "false");
+        json_num(f, "value", x->v[g].value, 1);
+        json_num(f, "limit", x->v[g].limit, 0);
+        fprintf(f, "}");
     }
-    printf("},\"metrics\":{");
-    json_num("max_abs", x->s.max_err, 1);
-    json_num("mean_signed", x->s.mean_err, 1);
-    json_num("rel_l2", x->s.rel_l2, 1);
-    json_num("cosine", x->s.cosine, 1);
-    json_num("snr_db", x->s.snr_db, 0);
-    printf("}");
+    fprintf(f, "},\"metrics\":{");
+    json_num(f, "max_abs", x->s.max_err, 1);
+    json_num(f, "mean_signed", x->s.mean_err, 1);
+    json_num(f, "rel_l2", x->s.rel_l2, 1);
+    json_num(f, "cosine", x->s.cosine, 1);
+    json_num(f, "snr_db", x->s.snr_db, 0);
+    fprintf(f, "}");
     if (r->q) {
         char why[3][256];
         int n = x->pass ? 0 : q_stages(x, why);
-        printf(",\"quant\":{");
-        json_str("format", QFMTS[r->q->f].name, 1);
-        json_str("scaling", QSCALING[r->c->scaling], 1);
-        if (r->c->mx) json_str("mx_rule", r->c->qrule == QR_MX_UP ? "up" : "spec", 1);
-        json_num("snr_vs_unquantised_db", x->s.hp_snr_db, 1);
-        json_num("reference_arm_snr_db", x->s.lp_snr_db, 1);
-        printf("\"stages\":[");
-        for (int i = 0; i < n; i++) printf("%s\"%.*s\"", i ? "," : "", (int)strcspn(why[i], ":"), why[i]);
-        printf("]}");
+        fprintf(f, ",\"quant\":{");
+        json_str(f, "format", QFMTS[r->q->f].name, 1);
+        json_str(f, "scaling", QSCALING[r->c->scaling], 1);
+        if (r->c->mx) json_str(f, "mx_rule", r->c->qrule == QR_MX_UP ? "up" : "spec", 1);
+        json_num(f, "snr_vs_unquantised_db", x->s.hp_snr_db, 1);
+        json_num(f, "reference_arm_snr_db", x->s.lp_snr_db, 1);
+        fprintf(f, "\"stages\":[");
+        for (int i = 0; i < n; i++) fprintf(f, "%s\"%.*s\"", i ? "," : "", (int)strcspn(why[i], ":"), why[i]);
+        fprintf(f, "]}");
     }
     if (x->s.worst_tile >= 0)
-        printf(",\"worst_tile\":[%zu,%zu]", (size_t)x->s.worst_tile / x->s.tc,
+        fprintf(f, ",\"worst_tile\":[%zu,%zu]", (size_t)x->s.worst_tile / x->s.tc,
                (size_t)x->s.worst_tile % x->s.tc);
     if (x->s.worst_seg >= 0) {
-        printf(",");
-        json_str("worst_segment_kind", o->seg_name, 1);
-        printf("\"worst_segment\":%ld", x->s.worst_seg);
+        fprintf(f, ",");
+        json_str(f, "worst_segment_kind", o->seg_name, 1);
+        fprintf(f, "\"worst_segment\":%ld", x->s.worst_seg);
     }
-    if (x->rep.runs > 1) printf(",\"repeat\":{\"runs\":%d,\"atomics\":%s}", x->rep.runs,
+    if (x->rep.runs > 1) fprintf(f, ",\"repeat\":{\"runs\":%d,\"atomics\":%s}", x->rep.runs,
                                 x->rep.atomics ? "true" : "false");
     if (o->launch != k && res[o->launch].timed) {
-        printf(",");
-        json_str("timed_with", r->out[o->launch].name, 0);
+        fprintf(f, ",");
+        json_str(f, "timed_with", r->out[o->launch].name, 0);
     }
     if (x->timed) {
-        printf(",\"time\":{");
-        json_num("median_us", x->t.median_us, 1);
-        json_num("q1_us", x->t.q1_us, 1);
-        json_num("q3_us", x->t.q3_us, 1);
-        json_num("min_us", x->t.min_us, 1);
-        json_num("max_us", x->t.max_us, 1);
-        printf("\"n\":%d,", x->t.n);
-        json_num("tflops", x->tflops, 1);
-        json_num("pct_peak", x->pct_peak >= 0 ? x->pct_peak : NAN, 0);
-        printf("}");
+        fprintf(f, ",\"time\":{");
+        json_num(f, "median_us", x->t.median_us, 1);
+        json_num(f, "q1_us", x->t.q1_us, 1);
+        json_num(f, "q3_us", x->t.q3_us, 1);
+        json_num(f, "min_us", x->t.min_us, 1);
+        json_num(f, "max_us", x->t.max_us, 1);
+        fprintf(f, "\"n\":%d,", x->t.n);
+        json_num(f, "median_rse", x->t.rse, 1);
+        fprintf(f, "\"throttled\":%d,", x->t.throttled);
+        json_num(f, "sm_clock_mhz", x->t.clock_n ? x->t.clock_mhz : NAN, 1);
+        json_num(f, "sm_clock_min_mhz", x->t.clock_n ? x->t.clock_min_mhz : NAN, 1);
+        json_num(f, "tflops", x->tflops, 1);
+        json_num(f, "pct_peak", x->pct_peak >= 0 ? x->pct_peak : NAN, 0);
+        fprintf(f, "}");
+        json_geometry(f, r, k);
     }
-    printf("}");
+    fprintf(f, "}");
 }
 
-/* One case as one JSON line on stdout. */
-static void json_case(const struct run *r, const struct result *res, int pass)
+/* One arm's part in one case. */
+struct arm_case {
+    struct arm *arm;
+    struct result *res;           /* per output */
+    int pass;                     /* every gate passed; when cached, the ledger's verdict */
+    long cached;                  /* > 0: the ledger line whose verdict is reused (no gates ran) */
+    double total_us;              /* the sum of its timed launches' medians */
+    struct launch_geom geom[MAX_OUT]; /* GPU, per launch owner: the kernels its last launch ran */
+};
+
+#define MAX_ROUNDS 100
+
+/* What compare and noise measure: per round, the candidate's and the A/A
+ * copy's time over the reference's (arm 0); the band is the A/A half-width,
+ * max |copy / reference - 1| over the rounds. */
+struct rounds {
+    int n;                        /* rounds */
+    int cand, copy;               /* arm indexes; -1: none */
+    double ratio[MAX_ROUNDS], aa[MAX_ROUNDS];
+    double ratio_med, ratio_lo, ratio_hi, aa_med, aa_lo, aa_hi;
+    double band;                  /* < 0: not known */
+    long band_line;               /* > 0: the band was read from this ledger line */
+    const char *verdict;          /* faster, parity, slower; NULL when not compared */
+};
+
+/* The JSON fields that name an arm: its name, role, options and identity. */
+static void json_arm(FILE *f, const struct arm *a, int comma)
 {
-    printf("{");
-    json_str("case", r->c->label, 1);
-    json_str("where", r->c->where, 1);
-    printf("\"seed\":%" PRIu64 ",", r->o->seed);
-    json_str("device", r->d->name, 1);
-    json_str("arch", r->d->arch, 1);
-    if (r->d->code) json_str("code_sha256", r->d->code->sha, 1);
-    if (r->o->why) json_str("why", r->o->why, 1);
-    if (r->o->trades_precision) json_str("trades_precision", r->o->trades_precision, 1);
-    if (r->o->inject) json_str("inject", r->o->inject, 1);
-    json_str("verdict", pass ? "pass" : "fail", 1);
-    printf("\"outputs\":[");
-    for (int k = 0; k < r->nout; k++) {
-        if (k) printf(",");
-        json_output(r, k, res);
+    json_str(f, "arm", a->name, 1);
+    json_str(f, "role", a->copy ? "aa-copy" : a->candidate ? "candidate" : "reference", 1);
+    json_str(f, "source", a->src_name, 1);
+    json_str(f, "defines", a->options, 1);
+    if (a->diagnostic) fprintf(f, "\"deliverable\":false,");
+    json_str(f, "code_sha256", a->code.sha, comma);
+}
+
+/* One case on one arm as one JSON object (no newline). */
+static void json_case(FILE *f, const struct run *r, const struct arm_case *ac, int pass)
+{
+    fprintf(f, "{");
+    json_str(f, "case", r->c->label, 1);
+    json_str(f, "where", r->c->where, 1);
+    fprintf(f, "\"seed\":%" PRIu64 ",", r->o->seed);
+    json_str(f, "device", r->d->name, 1);
+    json_str(f, "arch", r->d->arch, 1);
+    json_arm(f, ac->arm, 1);
+    if (r->o->why) json_str(f, "why", r->o->why, 1);
+    if (r->o->trades_precision) json_str(f, "trades_precision", r->o->trades_precision, 1);
+    if (r->o->inject) json_str(f, "inject", r->o->inject, 1);
+    if (ac->cached) fprintf(f, "\"cached_from_line\":%ld,", ac->cached);
+    json_str(f, "verdict", ac->cached && pass ? "cached" : pass ? "pass" : "fail", 1);
+    fprintf(f, "\"outputs\":[");
+    for (int k = 0; k < r->nout && !ac->cached; k++) {
+        if (k) fprintf(f, ",");
+        json_output(f, r, k, ac->res);
     }
-    printf("]}\n");
+    fprintf(f, "]}");
+}
+
+/* The rounds of a compare or noise as JSON fields (trailing comma). */
+static void json_rounds(FILE *f, const struct rounds *rd)
+{
+    fprintf(f, "\"rounds\":%d,", rd->n);
+    if (rd->cand >= 0) {
+        json_num(f, "ratio", rd->ratio_med, 1);
+        json_num(f, "ratio_lo", rd->ratio_lo, 1);
+        json_num(f, "ratio_hi", rd->ratio_hi, 1);
+        json_str(f, "compare", rd->verdict ? rd->verdict : "none", 1);
+    }
+    if (rd->copy >= 0) {
+        json_num(f, "aa_ratio", rd->aa_med, 1);
+        json_num(f, "aa_lo", rd->aa_lo, 1);
+        json_num(f, "aa_hi", rd->aa_hi, 1);
+    }
+    if (rd->band_line > 0) fprintf(f, "\"band_from_line\":%ld,", rd->band_line);
+    json_num(f, "band", rd->band >= 0 ? rd->band : NAN, 1);
+}
+
+/* The timer's line under a timed row: samples, RSE of the median, the SM
+ * clock and throttled samples. */
+static void print_timer(const struct device *d, const struct timing *t)
+{
+    printf("    timer: n %d, median RSE %.2f%%", t->n, 100 * t->rse);
+    if (t->clock_n)
+        printf(", SM clock %.0f MHz (lowest %.0f), %d throttled sample%s dropped\n", t->clock_mhz,
+               t->clock_min_mhz, t->throttled, t->throttled == 1 ? "" : "s");
+    else
+        printf(", SM clock not read (%s)\n", d->kind == DEV_CPU ? "CPU device" : "the code object has no kg_clock");
+}
+
+/* What a compare or noise measured, after the arms' rows. */
+static void print_rounds(const struct arm_case *ac, const struct rounds *rd)
+{
+    if (rd->copy >= 0)
+        printf("A/A: %s copy / %s time %.4f (%.4f - %.4f over %d rounds): band +-%.2f%%\n", ac[0].arm->name,
+               ac[0].arm->name, rd->aa_med, rd->aa_lo, rd->aa_hi, rd->n, 100 * rd->band);
+    if (rd->cand < 0) return;
+    char band[96];
+    if (rd->band_line > 0) snprintf(band, sizeof band, "band +-%.2f%% (ledger line %ld)", 100 * rd->band, rd->band_line);
+    else snprintf(band, sizeof band, "band +-%.2f%% (measured now)", 100 * rd->band);
+    printf("compare: %s / %s time %.4f (%.4f - %.4f over %d rounds), %s: %s\n", ac[rd->cand].arm->name,
+           ac[0].arm->name, rd->ratio_med, rd->ratio_lo, rd->ratio_hi, rd->n, band, rd->verdict);
+}
+
+/* Report a case on its arms: table rows (with an arm header line when
+ * there are several, and a timer line under each timed row) and the
+ * rounds; or, with --json, one object per arm and one for the rounds. */
+static void report_arms(struct run *r, struct arm_case *ac, int narms, const struct rounds *rd, int pass)
+{
+    const struct opts *o = r->o;
+    if (o->quiet) return;
+    for (int a = 0; a < narms; a++) {
+        r->geom = ac[a].geom;
+        if (o->json) {
+            json_case(stdout, r, &ac[a], pass && ac[a].pass);
+            printf("\n");
+            continue;
+        }
+        if (narms > 1 || ac[a].arm->candidate)
+            printf("arm %s: %s%s%s, code object %.12s%s\n", ac[a].arm->name, ac[a].arm->src_name,
+                   *ac[a].arm->options ? " " : "", ac[a].arm->options, ac[a].arm->code.sha,
+                   ac[a].arm->diagnostic ? " (diagnostic: not deliverable)" : "");
+        if (ac[a].cached)
+            printf("%-*s %-3s %-7s verdict reused from ledger line %ld (same code object, case, seed and device)\n",
+                   LABEL_W, r->c->label, "-", ac[a].pass ? "cached" : "FAIL", ac[a].cached);
+        for (int k = 0; k < r->nout; k++) {
+            if (!ac[a].cached) print_row(r, k, ac[a].res);
+            if (ac[a].res[k].timed) print_timer(r->d, &ac[a].res[k].t);
+        }
+    }
+    if (rd && pass && !o->json) print_rounds(ac, rd);
+    if (rd && pass && o->json) {
+        printf("{");
+        json_str(stdout, "case", r->c->label, 1);
+        json_rounds(stdout, rd);
+        printf("\"arms\":%d}\n", narms);
+    }
     fflush(stdout);
+}
+
+/* ===== Ledger ===== */
+
+/* The ledger (README "Ledger and budget"): JSON lines, append-only, one per
+ * measured arm.  Each line is
+ *   {"seq":N,"prev":"<sha256 of line N-1>",<fields>,"line_sha256":"<sha256>"}
+ * where line_sha256 hashes the line's text before ',"line_sha256"', and the
+ * first line's prev is 64 zeros; `kgate ledger verify` finds any edited,
+ * removed, reordered or torn line.  An append takes an exclusive flock,
+ * reads the last line, and writes the new line with one write() on an
+ * O_APPEND descriptor, then fsyncs: concurrent runs never interleave, and a
+ * process killed at any point leaves whole lines only. */
+
+#define LEDGER_DEFAULT "kgate.ledger"
+#define BUDGET_DEFAULT 3
+#define LEDGER_ZERO "0000000000000000000000000000000000000000000000000000000000000000"
+
+/* What kgate reads back from one ledger line. */
+struct ledger_line {
+    long seq;
+    char role[16], sha[65], kase[256], arch[64], device[256], verdict[16], arm[64], compare[16];
+    uint64_t seed;
+    int deliverable, band_measured;
+    double ratio, band, median_us;
+};
+
+struct ledger {
+    const char *path;
+    struct ledger_line *line;
+    size_t n, cap;
+    int budget;
+};
+
+/* The raw text of top-level field `key` of a one-line JSON object into out
+ * (a string without its quotes and with \" and \\ undone; a number, true,
+ * false, null or a nested value as written).  0 if found. */
+static int json_field(const char *s, const char *key, char *out, size_t n)
+{
+    int depth = 0, in_str = 0;
+    size_t klen = strlen(key);
+    for (const char *p = s; *p; p++) {
+        if (in_str) {
+            if (*p == '\\' && p[1]) p++;
+            else if (*p == '"') in_str = 0;
+            continue;
+        }
+        if (*p == '{' || *p == '[') { depth++; continue; }
+        if (*p == '}' || *p == ']') { depth--; continue; }
+        if (*p != '"') continue;
+        if (depth == 1 && strncmp(p + 1, key, klen) == 0 && p[1 + klen] == '"' && p[2 + klen] == ':') {
+            const char *v = p + 3 + klen;
+            size_t o = 0;
+            if (*v == '"') {
+                for (v++; *v && *v != '"'; v++) {
+                    if (*v == '\\' && v[1]) v++;
+                    if (o + 1 < n) out[o++] = *v;
+                }
+            } else {
+                int d = 0;
+                for (; *v && (d > 0 || (*v != ',' && *v != '}')); v++) {
+                    d += (*v == '{' || *v == '[') - (*v == '}' || *v == ']');
+                    if (o + 1 < n) out[o++] = *v;
+                }
+            }
+            out[o] = 0;
+            return 0;
+        }
+        in_str = 1;
+    }
+    return -1;
+}
+
+/* A number field of a ledger line; NAN when absent or null. */
+static double json_field_num(const char *s, const char *key)
+{
+    char buf[64];
+    return json_field(s, key, buf, sizeof buf) == 0 && strcmp(buf, "null") ? atof(buf) : NAN;
+}
+
+/* Parse the fields kgate uses from one ledger line. */
+static void ledger_parse(const char *text, struct ledger_line *l)
+{
+    char buf[32];
+    memset(l, 0, sizeof *l);
+    l->seq = (long)json_field_num(text, "seq");
+    json_field(text, "role", l->role, sizeof l->role);
+    json_field(text, "code_sha256", l->sha, sizeof l->sha);
+    json_field(text, "case", l->kase, sizeof l->kase);
+    json_field(text, "arch", l->arch, sizeof l->arch);
+    json_field(text, "device", l->device, sizeof l->device);
+    json_field(text, "verdict", l->verdict, sizeof l->verdict);
+    json_field(text, "arm", l->arm, sizeof l->arm);
+    json_field(text, "compare", l->compare, sizeof l->compare);
+    if (json_field(text, "seed", buf, sizeof buf) == 0) l->seed = strtoull(buf, NULL, 10);
+    l->deliverable = !(json_field(text, "deliverable", buf, sizeof buf) == 0 && strcmp(buf, "false") == 0);
+    l->ratio = json_field_num(text, "ratio");
+    l->band = json_field_num(text, "band");
+    l->band_measured = json_field(text, "aa_ratio", buf, sizeof buf) == 0 && !isnan(l->band);
+    l->median_us = json_field_num(text, "median_us");
+}
+
+/* Open the ledger file: what `kgate` means by "the ledger" for options o. */
+static const char *ledger_path(const struct opts *o) { return o->ledger_path ? o->ledger_path : LEDGER_DEFAULT; }
+
+/* Read every whole line of the ledger at lg->path (none if the file does not
+ * exist yet); exit 2 if it cannot be read or its last line is torn. */
+static void ledger_load(struct ledger *lg)
+{
+    size_t len = 0;
+    char *text = read_file(lg->path, &len);
+    if (!text && errno == ENOENT) return;
+    if (!text) die(EXIT_USAGE, "cannot read the ledger %s: %s", lg->path, strerror(errno));
+    if (len && text[len - 1] != '\n')
+        die(EXIT_USAGE, "the ledger %s ends in a torn line; `kgate ledger verify --ledger %s` says more", lg->path, lg->path);
+    for (char *p = text, *nl; *p; p = nl + 1) {
+        nl = strchr(p, '\n');
+        *nl = 0;
+        if (lg->n == lg->cap) {
+            lg->cap = lg->cap ? 2 * lg->cap : 64;
+            lg->line = realloc(lg->line, lg->cap * sizeof *lg->line);
+            if (!lg->line) die(EXIT_DEVICE, "out of host memory reading the ledger");
+        }
+        ledger_parse(p, &lg->line[lg->n++]);
+    }
+    free(text);
+}
+
+/* Distinct candidate code objects in the ledger (diagnostic ones count);
+ * with `sha`, whether that one is among them (*known). */
+static int ledger_candidates(const struct ledger *lg, const char *sha, int *known)
+{
+    int count = 0;
+    if (known) *known = 0;
+    for (size_t i = 0; i < lg->n; i++) {
+        if (strcmp(lg->line[i].role, "candidate") != 0) continue;
+        int seen = 0;
+        for (size_t j = 0; j < i && !seen; j++)
+            seen = strcmp(lg->line[j].role, "candidate") == 0 && strcmp(lg->line[j].sha, lg->line[i].sha) == 0;
+        count += !seen;
+        if (known && sha && strcmp(lg->line[i].sha, sha) == 0) *known = 1;
+    }
+    return count;
+}
+
+/* The best correct checkpoint: the passing deliverable candidate line with
+ * the lowest time ratio, on case `kase` if there is one there (kase may be
+ * NULL), else on any case.  NULL if none. */
+static const struct ledger_line *ledger_best_line(const struct ledger *lg, const char *kase)
+{
+    const struct ledger_line *best = NULL;
+    for (int pass = 0; pass < 2 && !best; pass++)
+        for (size_t i = 0; i < lg->n; i++) {
+            const struct ledger_line *l = &lg->line[i];
+            if (strcmp(l->role, "candidate") || !l->deliverable || isnan(l->ratio) ||
+                (strcmp(l->verdict, "pass") && strcmp(l->verdict, "cached")))
+                continue;
+            if (pass == 0 && (!kase || strcmp(l->kase, kase))) continue;
+            if (!best || l->ratio < best->ratio) best = l;
+        }
+    return best;
+}
+
+/* Where checkpoint b stands against the reference: its time ratio, the
+ * verdict against the band, and the gap that remains when it is slower. */
+static void checkpoint_standing(const struct ledger_line *b, char *buf, size_t n)
+{
+    if (strcmp(b->compare, "slower") == 0)
+        snprintf(buf, n, "%.4f of the reference's time, slower: a remaining gap of %.1f%%", b->ratio, 100 * (b->ratio - 1));
+    else if (strcmp(b->compare, "faster") == 0)
+        snprintf(buf, n, "%.4f of the reference's time, faster by %.1f%%", b->ratio, 100 * (1 - b->ratio));
+    else
+        snprintf(buf, n, "%.4f of the reference's time, at parity (inside the band of +-%.2f%%)", b->ratio, 100 * b->band);
+}
+
+/* Exit 4 if arm a is a candidate whose code object is new to the ledger and
+ * the budget is spent, naming the best correct checkpoint and its gap. */
+static void ledger_budget_check(const struct ledger *lg, const struct arm *a, const char *kase)
+{
+    int known = 0, used = ledger_candidates(lg, a->code.sha, &known);
+    if (!a->candidate || known || used < lg->budget) return;
+    const struct ledger_line *b = ledger_best_line(lg, kase);
+    char best[1024] = "no candidate has passed every gate yet", standing[128];
+    if (b) {
+        checkpoint_standing(b, standing, sizeof standing);
+        snprintf(best, sizeof best, "the best correct checkpoint is '%s' (code object %.12s, ledger line %ld) on "
+                 "%s: %s", b->arm, b->sha, b->seq, b->kase, standing);
+    }
+    die(EXIT_BUDGET, "budget spent: %d of %d candidate code objects are measured in %s, and '%s' (code object "
+        "%.12s) is new; %s.  Re-running a measured code object costs nothing; --budget N raises the limit",
+        used, lg->budget, lg->path, a->name, a->code.sha, best);
+}
+
+/* The latest ledger line that settled arm a's correctness on case c: same
+ * code object, case, seed and device, a pass or fail verdict (cached lines
+ * point back to one).  NULL if none. */
+static const struct ledger_line *ledger_verdict_line(const struct ledger *lg, const struct kcase *c,
+                                                     const struct opts *o, const struct device *d,
+                                                     const struct arm *a)
+{
+    for (size_t i = lg->n; i-- > 0;) {
+        const struct ledger_line *l = &lg->line[i];
+        if (strcmp(l->sha, a->code.sha) == 0 && strcmp(l->kase, c->label) == 0 && l->seed == o->seed &&
+            strcmp(l->arch, d->arch) == 0 && strcmp(l->device, d->name) == 0 &&
+            (strcmp(l->verdict, "pass") == 0 || strcmp(l->verdict, "fail") == 0))
+            return l;
+    }
+    return NULL;
+}
+
+/* Mark the arms whose verdict on case c the ledger already holds: their
+ * gates are not run again (a planted fault always runs them). */
+static void ledger_lookup_cached(const struct ledger *lg, const struct kcase *c, const struct opts *o,
+                                 const struct device *d, struct arm_case *ac, int narms)
+{
+    for (int a = 0; a < narms && !o->inject; a++) {
+        const struct ledger_line *l = ledger_verdict_line(lg, c, o, d, ac[a].arm);
+        if (!l) continue;
+        ac[a].cached = l->seq;
+        ac[a].pass = strcmp(l->verdict, "pass") == 0;
+    }
+}
+
+/* The A/A band last measured for case c with reference code object `sha`
+ * on this device and seed; its line in *line.  < 0 if none. */
+static double ledger_band(const struct ledger *lg, const struct kcase *c, const struct opts *o,
+                          const struct device *d, const char *sha, long *line)
+{
+    for (size_t i = lg->n; i-- > 0;) {
+        const struct ledger_line *l = &lg->line[i];
+        if (l->band_measured && strcmp(l->sha, sha) == 0 && strcmp(l->kase, c->label) == 0 &&
+            l->seed == o->seed && strcmp(l->device, d->name) == 0 && strcmp(l->arch, d->arch) == 0) {
+            *line = l->seq;
+            return l->band;
+        }
+    }
+    return -1;
+}
+
+/* sha256 of n bytes, as hex. */
+static void sha256_text(const char *s, size_t n, char out[65])
+{
+    struct sha256 h;
+    sha256_init(&h);
+    sha256_update(&h, s, n);
+    sha256_hex(&h, out);
+}
+
+/* The last line of open file fd (without its newline) into a new string,
+ * "" for an empty file; NULL if the file does not end in a newline. */
+static char *last_line(int fd)
+{
+    off_t end = lseek(fd, 0, SEEK_END), at = end;
+    if (end <= 0) return calloc(1, 1);
+    char c;
+    if (pread(fd, &c, 1, end - 1) != 1 || c != '\n') return NULL;
+    for (at = end - 1; at > 0; at--)
+        if (pread(fd, &c, 1, at - 1) == 1 && c == '\n') break;
+    size_t n = (size_t)(end - 1 - at);
+    char *s = xmalloc(n + 1);
+    if (pread(fd, s, n, at) != (ssize_t)n) { free(s); return NULL; }
+    s[n] = 0;
+    return s;
+}
+
+/* Append one line with `fields` (JSON members, no braces) to the ledger,
+ * chained to the last line, under an exclusive lock; one write, then
+ * fsync.  Returns its seq; exit 5 if the file cannot be written. */
+static long ledger_append(struct ledger *lg, const char *fields)
+{
+    int fd = open(lg->path, O_RDWR | O_APPEND | O_CREAT, 0644);
+    if (fd < 0) die(EXIT_DEVICE, "cannot open the ledger %s: %s", lg->path, strerror(errno));
+    if (flock(fd, LOCK_EX) != 0) die(EXIT_DEVICE, "cannot lock the ledger %s: %s", lg->path, strerror(errno));
+    const char *hold = getenv("KGATE_TEST_LEDGER_HOLD");   /* tests: kill -9 while the lock is held */
+    if (hold) fprintf(stderr, "kgate: holding the ledger lock (test)\n"), usleep((useconds_t)(atof(hold) * 1e6));
+    char *last = last_line(fd);
+    if (!last) die(EXIT_DEVICE, "the ledger %s ends in a torn line; nothing appended (kgate ledger verify)", lg->path);
+    char prev[65];
+    long seq = 1;
+    if (*last) sha256_text(last, strlen(last), prev), seq = (long)json_field_num(last, "seq") + 1;
+    else snprintf(prev, sizeof prev, "%s", LEDGER_ZERO);
+    free(last);
+    char *line = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&line, &len);
+    fprintf(f, "{\"seq\":%ld,\"prev\":\"%s\",%s", seq, prev, fields);
+    fflush(f);
+    char self[65];
+    sha256_text(line, len, self);
+    fprintf(f, ",\"line_sha256\":\"%s\"}\n", self);
+    fclose(f);
+    ssize_t w = write(fd, line, len);
+    if (w != (ssize_t)len || fsync(fd) != 0)
+        die(EXIT_DEVICE, "writing the ledger %s failed: %s", lg->path, w < 0 ? strerror(errno) : "short write");
+    flock(fd, LOCK_UN);
+    close(fd);
+    line[len - 1] = 0;
+    if (lg->n == lg->cap) {
+        lg->cap = lg->cap ? 2 * lg->cap : 64;
+        lg->line = realloc(lg->line, lg->cap * sizeof *lg->line);
+        if (!lg->line) die(EXIT_DEVICE, "out of host memory");
+    }
+    ledger_parse(line, &lg->line[lg->n++]);
+    free(line);
+    return seq;
+}
+
+/* Keep arm a's compile options and log beside the ledger, in
+ * <ledger>.objects/<sha256>.txt (once per code object). */
+static void ledger_keep_log(const struct ledger *lg, const struct device *d, const struct arm *a)
+{
+    char dir[PATH_MAX], path[PATH_MAX + 80];
+    snprintf(dir, sizeof dir, "%s.objects", lg->path);
+    snprintf(path, sizeof path, "%s/%s.txt", dir, a->code.sha);
+    if (access(path, F_OK) == 0) return;
+    if (mkdir_p(dir) != 0) die(EXIT_DEVICE, "cannot create %s: %s", dir, strerror(errno));
+    char *log = d->kind == DEV_GPU ? read_file(a->code.log_path, NULL) : NULL;
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    fprintf(f, "arm: %s\nsource: %s\noptions: %s\narch: %s\ncompiler: %s\ncode object: %s (%zu bytes)\n"
+            "compile log:\n%s\n", a->name, a->src_name, *a->options ? a->options : "(none)", d->arch, d->compiler,
+            d->kind == DEV_GPU ? a->code.bin_path : "none (CPU device)", a->code.size,
+            log ? log : "(none)");
+    fclose(f);
+    if (write_file_atomic(path, text, len) != 0) die(EXIT_DEVICE, "cannot write %s: %s", path, strerror(errno));
+    free(text);
+    free(log);
+}
+
+/* The rounds' fields of arm a's ledger line: the reference (arm 0) holds
+ * the A/A ratios when a copy ran, the candidate its ratio and verdict; both
+ * the band. */
+static void ledger_rounds(FILE *f, const struct rounds *rd, int a)
+{
+    fprintf(f, "\"rounds\":%d,", rd->n);
+    if (a == 0 && rd->copy >= 0) {
+        json_num(f, "aa_ratio", rd->aa_med, 1);
+        json_num(f, "aa_lo", rd->aa_lo, 1);
+        json_num(f, "aa_hi", rd->aa_hi, 1);
+    }
+    if (a == rd->cand) {
+        json_num(f, "ratio", rd->ratio_med, 1);
+        json_num(f, "ratio_lo", rd->ratio_lo, 1);
+        json_num(f, "ratio_hi", rd->ratio_hi, 1);
+        json_str(f, "compare", rd->verdict ? rd->verdict : "none", 1);
+    }
+    if (rd->band_line > 0) fprintf(f, "\"band_from_line\":%ld,", rd->band_line);
+    json_num(f, "band", rd->band >= 0 ? rd->band : NAN, 1);
+}
+
+/* The ledger fields of arm a of run r (JSON members, no braces): where and
+ * when, what ran, the verdict, its time, the rounds, the budget, and every
+ * gate value of every output. */
+static void ledger_fields(FILE *f, const struct ledger *lg, const struct run *r, const struct arm_case *ac,
+                          int a, const struct rounds *rd, int pass)
+{
+    const struct device *d = r->d;
+    char when[32];
+    time_t now = time(NULL);
+    struct tm tm;
+    gmtime_r(&now, &tm);
+    strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", &tm);
+    json_str(f, "time", when, 1);
+    fprintf(f, "\"kgate\":\"%s\",", KGATE_VERSION);
+    json_str(f, "command", r->o->command ? r->o->command : "", 1);
+    json_str(f, "device", d->name, 1);
+    json_str(f, "arch", d->arch, 1);
+    fprintf(f, "\"driver\":%d,", d->driver_version);
+    json_str(f, "compiler", d->compiler, 1);
+    json_str(f, "case", r->c->label, 1);
+    fprintf(f, "\"seed\":%" PRIu64 ",", r->o->seed);
+    json_arm(f, ac[a].arm, 1);
+    if (ac[a].cached) fprintf(f, "\"cached_from_line\":%ld,", ac[a].cached);
+    json_str(f, "verdict", !pass ? "fail" : ac[a].cached ? "cached" : "pass", 1);
+    json_num(f, "median_us", pass && ac[a].total_us > 0 ? ac[a].total_us : NAN, 1);
+    if (rd && pass) ledger_rounds(f, rd, a);
+    int known = 0, used = ledger_candidates(lg, ac[a].arm->code.sha, &known);
+    fprintf(f, "\"budget_used\":%d,\"budget\":%d,", used + (ac[a].arm->candidate && !known), lg->budget);
+    fprintf(f, "\"outputs\":[");
+    for (int k = 0; k < r->nout && !ac[a].cached; k++) {
+        if (k) fprintf(f, ",");
+        json_output(f, r, k, ac[a].res);
+    }
+    fprintf(f, "]");
+}
+
+/* One ledger line per arm of a case that ran, and each arm's compile log
+ * and options beside the ledger. */
+static void ledger_write_case(struct ledger *lg, struct run *r, struct arm_case *ac, int narms,
+                              const struct rounds *rd, int pass)
+{
+    for (int a = 0; a < narms; a++) {
+        r->geom = ac[a].geom;
+        char *fields = NULL;
+        size_t len = 0;
+        FILE *f = open_memstream(&fields, &len);
+        ledger_fields(f, lg, r, ac, a, rd, pass && ac[a].pass);
+        fclose(f);
+        ledger_keep_log(lg, r->d, ac[a].arm);
+        long seq = ledger_append(lg, fields);
+        free(fields);
+        if (!r->o->quiet) fprintf(stderr, "kgate: ledger %s line %ld: %s %s\n", lg->path, seq, ac[a].arm->name, r->c->label);
+    }
 }
 
 /* ===== Running a case ===== */
@@ -3820,13 +4786,14 @@ static void check_tolerance(const struct opts *o, enum dtype t, const char *labe
             "--why \"reason\"", label, DTYPES[t].name, DTYPES[t].rtol, DTYPES[t].atol);
 }
 
-/* Poison and launch every launch of the case (owners in order), wait; 1 if
- * a launched kernel declares atomics. */
+/* Poison and launch every launch of the case (owners in order, their
+ * kernels noted in r->geom for the report), wait; 1 if a launched kernel
+ * declares atomics. */
 static int launch_all(struct run *r)
 {
     r->d->launched_atomics = r->d->kind == DEV_CPU && getenv("KGATE_TEST_ATOMICS");
     for (int k = 0; k < r->nout; k++)
-        if (r->out[k].launch == k) poison_launch(r, k), r->c->op->launch(r, k);
+        if (r->out[k].launch == k) poison_launch(r, k), launch_recorded(r, k);
     dev_sync(r->d);
     return r->d->launched_atomics;
 }
@@ -3876,8 +4843,20 @@ static void repeat_runs(struct run *r, struct result *res, unsigned char **raw1,
     }
 }
 
-/* Time every launch of a passed case, then re-check its outputs: sets
- * res[].t, .timed, .tflops, .pct_peak; returns 0 if a re-check failed. */
+/* Output o's rate from its timed median: TFLOP/s and % of the device's
+ * peak (pct_peak < 0: not known). */
+static void set_rate(const struct run *r, int o, struct result *x)
+{
+    /* fp8 matrix units run at twice the fp16 rate (sm_89+, gfx942, gfx950); FP4's rate is not known here */
+    double peak = r->c->dt == DT_F32 ? r->d->peak_f32 : r->d->peak_mma16;
+    if (r->q) peak = r->q->f == Q_E2M1 ? 0 : 2 * r->d->peak_mma16;
+    x->tflops = r->out[o].flops / (x->t.median_us * 1e-6) / 1e12;
+    x->pct_peak = peak > 0 ? 100.0 * x->tflops * 1e12 / peak : -1;
+}
+
+/* Time every launch of a passed case on the current arm, then re-check its
+ * outputs: sets res[].t, .timed, .tflops, .pct_peak; returns 0 if a
+ * re-check failed. */
 static int time_case(struct run *r, struct result *res, int idx, int total, FILE *progress)
 {
     int pass = 1;
@@ -3885,18 +4864,14 @@ static int time_case(struct run *r, struct result *res, int idx, int total, FILE
         if (r->out[k].launch != k) continue;
         if (progress)
             fprintf(progress, "[%d/%d] %s %s: timing\n", idx, total, r->c->label, r->out[k].name);
-        time_output(r, k, &res[k].t);
+        time_arms(r, k, &r->d->arm, 1, 0, &res[k].t);
         for (int j = 0; j < r->nout; j++) {
             if (r->out[j].launch != k) continue;
             check_output(r, j, &res[j], NULL, "re-check after timing");
             pass &= res[j].pass;
         }
         res[k].timed = pass;
-        /* fp8 matrix units run at twice the fp16 rate (sm_89+, gfx942, gfx950); FP4's rate is not known here */
-        double peak = r->c->dt == DT_F32 ? r->d->peak_f32 : r->d->peak_mma16;
-        if (r->q) peak = r->q->f == Q_E2M1 ? 0 : 2 * r->d->peak_mma16;
-        res[k].tflops = r->out[k].flops / (res[k].t.median_us * 1e-6) / 1e12;
-        res[k].pct_peak = peak > 0 ? 100.0 * res[k].tflops * 1e12 / peak : -1;
+        set_rate(r, k, &res[k]);
     }
     return pass;
 }
@@ -3948,10 +4923,10 @@ static void report_skip(const struct kcase *c, const struct opts *o, const char 
     if (o->quiet) return;
     if (o->json) {
         printf("{");
-        json_str("case", c->label, 1);
-        json_str("where", c->where, 1);
-        json_str("verdict", "skip", 1);
-        json_str("reason", why, 0);
+        json_str(stdout, "case", c->label, 1);
+        json_str(stdout, "where", c->where, 1);
+        json_str(stdout, "verdict", "skip", 1);
+        json_str(stdout, "reason", why, 0);
         printf("}\n");
     } else {
         printf("%-*s %-3s %-7s %s\n", LABEL_W, c->label, "-", "skip", why);
@@ -3959,12 +4934,147 @@ static void report_skip(const struct kcase *c, const struct opts *o, const char 
     fflush(stdout);
 }
 
-/* The whole pipeline for one case: inputs, references, poisoned outputs,
- * launches, --repeat runs, gates; only if every gate passed, the timer and
- * a re-check of the timed outputs.  Reports the case; returns 1 if it
- * passed. */
-static int run_case(const struct kcase *c, struct device *d, const struct opts *o, int idx,
-                    int total, struct tally *tl, unsigned *failed_gates)
+/* Gate arm ac on run r: the quantize stage (low precision), every launch on
+ * poisoned outputs, `repeat` runs in all (the first checked, the others
+ * compared bit for bit or, with atomics, gated), every gate of every output,
+ * the check named `when`.  Sets ac->pass. */
+static void gate_arm(struct run *r, struct arm_case *ac, int repeat, const char *when, int idx, int total,
+                     FILE *progress)
+{
+    arm_use(r->d, ac->arm);
+    r->geom = ac->geom;
+    struct result *res = ac->res;
+    if (r->q) q_stage(r);
+    launch_all(r);
+    unsigned char **raw1 = xcalloc((size_t)r->nout, sizeof *raw1);
+    for (int k = 0; k < r->nout; k++) raw1[k] = download_output(r, k);
+    if (repeat > 1) {
+        if (progress) fprintf(progress, "[%d/%d] %s: %d more runs\n", idx, total, r->c->label, repeat - 1);
+        repeat_runs(r, res, raw1, repeat);
+    }
+    ac->pass = 1;
+    for (int k = 0; k < r->nout; k++) {
+        if (!res[k].rep.atomics || res[k].pass) check_output(r, k, &res[k], raw1[k], when);
+        ac->pass &= res[k].pass;
+        free(raw1[k]);
+    }
+    free(raw1);
+}
+
+/* Launch every output of arm ac once, untimed and ungated, to note its
+ * launch geometry (for an arm whose gates the ledger's verdict stands for). */
+static void record_geometry(struct run *r, struct arm_case *ac)
+{
+    arm_use(r->d, ac->arm);
+    r->geom = ac->geom;
+    for (int k = 0; k < r->nout; k++)
+        if (r->out[k].launch == k) launch_recorded(r, k);
+    dev_sync(r->d);
+}
+
+/* The median, lowest and highest of n values (n >= 1). */
+static void spread3(const double *v, int n, double *med, double *lo, double *hi)
+{
+    double x[100];
+    memcpy(x, v, (size_t)n * sizeof *x);
+    qsort(x, (size_t)n, sizeof *x, cmp_double);
+    *med = sorted_median(x, n), *lo = x[0], *hi = x[n - 1];
+}
+
+/* The verdict of a time ratio (candidate / reference) against the A/A
+ * band: faster or slower only outside the band with every round on the
+ * same side of 1; at parity otherwise. */
+static const char *ratio_verdict(const struct rounds *rd)
+{
+    if (rd->ratio_med < 1 - rd->band && rd->ratio_hi < 1) return "faster";
+    if (rd->ratio_med > 1 + rd->band && rd->ratio_lo > 1) return "slower";
+    return "parity";
+}
+
+/* Time the arms in rd->n rounds; in each, every timed launch of every arm
+ * is sampled interleaved (time_arms, the first arm rotating per round).
+ * Round i's ratios: the candidate's summed medians over the reference's
+ * (arm 0), and the A/A copy's.  Each arm's rows get the rounds merged.  The
+ * band is max |A/A - 1| when a copy ran (else the caller's, from the
+ * ledger).  Then every arm runs once more and, when references exist, is
+ * re-checked.  Returns 0 if a re-check failed. */
+static int time_rounds(struct run *r, struct arm_case *ac, int narms, struct rounds *rd, int have_refs,
+                       int idx, int total, FILE *progress)
+{
+    struct arm *arms[TIMER_MAX_ARMS];
+    int nout = r->nout, n = rd->n;
+    struct timing *t = xcalloc((size_t)(narms * nout * n), sizeof *t);
+    for (int a = 0; a < narms; a++) arms[a] = ac[a].arm;
+    for (int i = 0; i < n; i++) {
+        if (progress) fprintf(progress, "[%d/%d] %s: timing, round %d of %d\n", idx, total, r->c->label, i + 1, n);
+        double tot[TIMER_MAX_ARMS] = { 0 };
+        for (int k = 0; k < nout; k++) {
+            if (r->out[k].launch != k) continue;
+            struct timing tr[TIMER_MAX_ARMS];
+            time_arms(r, k, arms, narms, i % narms, tr);
+            for (int a = 0; a < narms; a++) t[(a * nout + k) * n + i] = tr[a], tot[a] += tr[a].median_us;
+        }
+        rd->ratio[i] = rd->cand >= 0 ? tot[rd->cand] / tot[0] : NAN;
+        rd->aa[i] = rd->copy >= 0 ? tot[rd->copy] / tot[0] : NAN;
+    }
+    for (int a = 0; a < narms; a++)
+        for (int k = 0; k < nout; k++) {
+            if (r->out[k].launch != k) continue;
+            timing_merge(&t[(a * nout + k) * n], n, &ac[a].res[k].t);
+            set_rate(r, k, &ac[a].res[k]);
+            ac[a].total_us += ac[a].res[k].t.median_us;
+        }
+    free(t);
+    if (rd->copy >= 0) {
+        spread3(rd->aa, n, &rd->aa_med, &rd->aa_lo, &rd->aa_hi);
+        rd->band = fmax(fabs(rd->aa_lo - 1), fabs(rd->aa_hi - 1));
+        rd->band_line = 0;
+    }
+    if (rd->cand >= 0) {
+        spread3(rd->ratio, n, &rd->ratio_med, &rd->ratio_lo, &rd->ratio_hi);
+        rd->verdict = ratio_verdict(rd);
+    }
+    int pass = 1;
+    for (int a = 0; a < narms; a++) {
+        if (!have_refs) continue;
+        gate_arm(r, &ac[a], 1, "re-check after timing", idx, total, progress);
+        pass &= ac[a].pass;
+    }
+    for (int a = 0; a < narms; a++)
+        for (int k = 0; k < nout; k++) ac[a].res[k].timed = pass && r->out[k].launch == k;
+    return pass;
+}
+
+/* Plans and references for every output of r into base[] (shared by the
+ * arms), with progress lines. */
+static void case_references(struct run *r, struct result *base, int idx, int total, FILE *progress)
+{
+    const struct kcase *c = r->c;
+    for (int k = 0; k < r->nout; k++) {
+        const struct output *p = &r->out[k];
+        plan_build(&base[k].plan, p, r->o->full, mix64(r->key ^ (uint64_t)k));
+        refs_compute(&base[k].refs, r, k, &base[k].plan);
+        base[k].atol = out_atol(r, k, &base[k]);
+        if (!progress) continue;
+        fprintf(progress, "[%d/%d] %s %s: references on %zu of %zu elements (%s): ", idx, total, c->label,
+                p->name, plan_count(&base[k].plan, p), p->rows * p->cols,
+                base[k].plan.full ? "all" : "tile-covering sample");
+        if (base[k].refs.lp_s >= 0)
+            fprintf(progress, "double %.2f s, same-precision %.2f s\n", base[k].refs.ref_s, base[k].refs.lp_s);
+        else
+            fprintf(progress, "double and same-precision %.2f s\n", base[k].refs.ref_s);
+    }
+}
+
+/* The whole pipeline for one case on narms arms: inputs, references (unless
+ * every arm's verdict is cached in the ledger), then per arm poisoned
+ * outputs, launches, --repeat runs and gates; only if every arm passed, the
+ * timer (one arm: time_case; compare and noise: rounds into rd) and a
+ * re-check.  Reports the case and writes its ledger lines (lg, if kept);
+ * returns 1 if it passed. */
+static int run_arms(const struct kcase *c, struct device *d, const struct opts *o, struct arm_case *ac,
+                    int narms, struct rounds *rd, struct ledger *lg, int idx, int total, struct tally *tl,
+                    unsigned *failed_gates)
 {
     const char *skip = q_unsupported(d, c);
     if (skip) {
@@ -3976,73 +5086,68 @@ static int run_case(const struct kcase *c, struct device *d, const struct opts *
     const struct inject *inj = o->inject ? find_inject(o->inject) : NULL;
     if (inj && inj->unfit && inj->unfit(c))
         die(EXIT_USAGE, "%s: --inject %s %s; %s is not", c->where, inj->name, inj->unfit(c), c->label);
+    if (lg) ledger_lookup_cached(lg, c, o, d, ac, narms);
     struct run r = { .c = c, .d = d, .o = o, .inputs_nonzero = 1 };
     r.key = hash_str(mix64(o->seed), c->label);
     for (size_t i = 0; i < 2 * c->nlens && c->lens; i++) r.key = mix64(r.key ^ c->lens[i]);
     FILE *progress = o->quiet ? NULL : stderr;
     if (progress) fprintf(progress, "[%d/%d] %s (%s): inputs\n", idx, total, c->label, c->where);
     c->op->prepare(&r);
-    struct result *res = xcalloc((size_t)r.nout, sizeof *res);
-    for (int k = 0; k < r.nout; k++) {
-        const struct output *p = &r.out[k];
-        plan_build(&res[k].plan, p, o->full, mix64(r.key ^ (uint64_t)k));
-        refs_compute(&res[k].refs, &r, k, &res[k].plan);
-        res[k].atol = out_atol(&r, k, &res[k]);
-        if (!progress) continue;
-        fprintf(progress, "[%d/%d] %s %s: references on %zu of %zu elements (%s): ", idx, total, c->label,
-                p->name, plan_count(&res[k].plan, p), p->rows * p->cols,
-                res[k].plan.full ? "all" : "tile-covering sample");
-        if (res[k].refs.lp_s >= 0)
-            fprintf(progress, "double %.2f s, same-precision %.2f s\n", res[k].refs.ref_s, res[k].refs.lp_s);
-        else
-            fprintf(progress, "double and same-precision %.2f s\n", res[k].refs.ref_s);
+    int have_refs = 0, pass = 1, repeat = o->repeat > 1 ? o->repeat : 1;
+    for (int a = 0; a < narms; a++) have_refs |= !ac[a].cached;
+    struct result *base = xcalloc((size_t)r.nout, sizeof *base);
+    if (have_refs) case_references(&r, base, idx, total, progress);
+    for (int a = 0; a < narms; a++) {
+        ac[a].res = xcalloc((size_t)r.nout, sizeof *ac[a].res);
+        for (int k = 0; k < r.nout; k++)
+            ac[a].res[k].plan = base[k].plan, ac[a].res[k].refs = base[k].refs, ac[a].res[k].atol = base[k].atol;
+        if (!ac[a].cached) gate_arm(&r, &ac[a], repeat, "check", idx, total, progress);
+        pass &= ac[a].pass;
     }
-    if (r.q) q_stage(&r);
-    launch_all(&r);
-    unsigned char **raw1 = xcalloc((size_t)r.nout, sizeof *raw1);
-    for (int k = 0; k < r.nout; k++) raw1[k] = download_output(&r, k);
-    int pass = 1, repeat = o->repeat > 1 ? o->repeat : 1;
-    if (repeat > 1) {
-        if (progress) fprintf(progress, "[%d/%d] %s: %d more runs\n", idx, total, c->label, repeat - 1);
-        repeat_runs(&r, res, raw1, repeat);
+    for (int a = 0; a < narms && pass; a++)
+        if (ac[a].cached) record_geometry(&r, &ac[a]);
+    if (pass && !rd) {
+        arm_use(d, ac[0].arm);
+        pass = ac[0].pass = time_case(&r, ac[0].res, idx, total, progress);
+    } else if (pass) {
+        pass = time_rounds(&r, ac, narms, rd, have_refs, idx, total, progress);
     }
-    for (int k = 0; k < r.nout; k++) {
-        if (!res[k].rep.atomics || res[k].pass) check_output(&r, k, &res[k], raw1[k], "check");
-        pass &= res[k].pass;
-        free(raw1[k]);
-    }
-    free(raw1);
-    if (pass) pass = time_case(&r, res, idx, total, progress);
-    if (!pass)
-        for (int k = 0; k < r.nout; k++) res[k].timed = 0;  /* a failed case has no time */
-    for (int k = 0; k < r.nout; k++)
-        for (size_t g = 0; g < N_GATES; g++)
-            if (!res[k].v[g].pass && failed_gates) *failed_gates |= 1u << g;
-    if (o->quiet) {
-        /* selftest: the caller reports */
-    } else if (o->json) {
-        json_case(&r, res, pass);
-    } else {
-        for (int k = 0; k < r.nout; k++) print_row(&r, k, res);
-        fflush(stdout);
-    }
+    for (int a = 0; a < narms; a++)
+        for (int k = 0; k < r.nout; k++) {
+            if (!pass) ac[a].res[k].timed = 0;   /* a failed case has no time */
+            for (size_t g = 0; g < N_GATES; g++)
+                if (!ac[a].cached && !ac[a].res[k].v[g].pass && failed_gates) *failed_gates |= 1u << g;
+        }
+    report_arms(&r, ac, narms, rd, pass);
+    if (lg) ledger_write_case(lg, &r, ac, narms, rd, pass);
     tl->cases++, tl->cases_failed += !pass;
-    for (int k = 0; k < r.nout; k++) {
-        tl->outputs++, tl->outputs_failed += !res[k].pass;
-        plan_free(&res[k].plan);
-        refs_free(&res[k].refs);
-        free(res[k].s.tiles);
-        free(res[k].s.segs);
+    for (int a = 0; a < narms; a++) {
+        for (int k = 0; k < r.nout; k++) {
+            tl->outputs++, tl->outputs_failed += !ac[a].cached && !ac[a].res[k].pass;
+            free(ac[a].res[k].s.tiles);
+            free(ac[a].res[k].s.segs);
+        }
+        free(ac[a].res);
+        ac[a].res = NULL;
     }
-    free(res);
+    for (int k = 0; k < r.nout; k++) plan_free(&base[k].plan), refs_free(&base[k].refs);
+    free(base);
     release_run(&r);
     return pass;
 }
 
+/* One case on the current arm alone, no ledger (selftest). */
+static int run_case(const struct kcase *c, struct device *d, const struct opts *o, int idx, int total,
+                    struct tally *tl, unsigned *failed_gates)
+{
+    struct arm_case ac = { .arm = d->arm };
+    return run_arms(c, d, o, &ac, 1, NULL, NULL, idx, total, tl, failed_gates);
+}
+
 /* ===== Commands ===== */
 
-/* Open the device the options name: the CPU, or GPU N with kernels compiled
- * (or taken from the cache) and loaded. */
+/* Open the device the options name: the CPU, or GPU N (each arm builds
+ * and loads its own kernels). */
 static void open_device(struct device *d, const struct opts *o)
 {
     memset(d, 0, sizeof *d);
@@ -4052,25 +5157,70 @@ static void open_device(struct device *d, const struct opts *o)
         return;
     }
     gpu_open(d, o->device_index);
-    const char *src = kg_embedded_src, *name = "kernels.hip (embedded)";
-    char *file = NULL;
-    if (o->kernels_path) {
-        file = read_file(o->kernels_path, NULL);
-        if (!file) die(EXIT_USAGE, "cannot read --kernels %s: %s", o->kernels_path, strerror(errno));
-        src = file, name = o->kernels_path;
-    }
-    d->code = xcalloc(1, sizeof *d->code);
-    compile_source(&d->rtc, d->pf, src, name, d->arch, NULL, 0, d->code);
-    gpu_check(d, d->rt.module_load(&d->module, d->code->data), "loading the code object");
-    free(file);
 }
 
 /* Give back what open_device took. */
 static void close_device(struct device *d)
 {
     dev_free(d, d->flush);
-    d->flush = 0;
-    if (d->code) free(d->code->data), free(d->code), d->code = NULL;
+    dev_free(d, d->clock_buf);
+    d->flush = d->clock_buf = 0;
+}
+
+/* The reference arm: the embedded kernels.hip as shipped. */
+static void arm_reference(struct arm *a)
+{
+    memset(a, 0, sizeof *a);
+    snprintf(a->name, sizeof a->name, "reference");
+    a->src = kg_embedded_src, a->src_name = "kernels.hip (embedded)";
+}
+
+/* The arm the options name: a candidate when --variant, -D or --kernels is
+ * given (named by --variant, else by the --kernels file), else the
+ * reference.  *file owns a --kernels file's text.  Exit 2 on a variant
+ * without a change or a change without a name. */
+static void arm_from_opts(struct arm *a, const struct opts *o, char **file)
+{
+    arm_reference(a);
+    *file = NULL;
+    if (!o->variant && !o->ndefines && !o->kernels_path) {
+        if (o->diagnostic) die(EXIT_USAGE, "--diagnostic marks a variant: give --variant NAME and its -D or --kernels");
+        return;
+    }
+    if (o->variant && !o->ndefines && !o->kernels_path)
+        die(EXIT_USAGE, "--variant %s: give what differs from the reference: -D NAME=VALUE or --kernels FILE", o->variant);
+    if (!o->variant && !o->kernels_path)
+        die(EXIT_USAGE, "-D makes a candidate: name it with --variant NAME (the ledger records it)");
+    a->candidate = 1, a->diagnostic = o->diagnostic;
+    if (o->kernels_path) {
+        *file = read_file(o->kernels_path, NULL);
+        if (!*file) die(EXIT_USAGE, "cannot read --kernels %s: %s", o->kernels_path, strerror(errno));
+        a->src = *file, a->src_name = o->kernels_path;
+    }
+    const char *base = o->kernels_path ? strrchr(o->kernels_path, '/') : NULL;
+    snprintf(a->name, sizeof a->name, "%s", o->variant ? o->variant : base ? base + 1 : o->kernels_path);
+    for (int i = 0; i < o->ndefines; i++) arm_define(a, o->defines[i]);
+}
+
+/* The A/A copy of arm `of`: the same source and definitions plus
+ * KG_BUILD_ID=2, a distinct code object with the same kernels. */
+static void arm_copy(struct arm *a, const struct arm *of)
+{
+    memset(a, 0, sizeof *a);
+    snprintf(a->name, sizeof a->name, "%.58s-copy", of->name);
+    a->src = of->src, a->src_name = of->src_name;
+    for (int i = 0; i < of->ndefines; i++) arm_define(a, of->defines[i] + 2);
+    arm_define(a, "KG_BUILD_ID=2");
+    a->copy = 1;
+}
+
+/* Open the ledger the options name and read it. */
+static void ledger_open(struct ledger *lg, const struct opts *o)
+{
+    memset(lg, 0, sizeof *lg);
+    lg->path = ledger_path(o);
+    lg->budget = o->budget ? o->budget : BUDGET_DEFAULT;
+    ledger_load(lg);
 }
 
 /* The run's departures from the defaults: tolerances (with --why) and a
@@ -4089,32 +5239,159 @@ static void print_why(const struct opts *o)
     }
 }
 
-/* Run cases on the chosen device and print the table; exit code 0 or 1. */
+/* The run's header: the machine, the seed, the repeats. */
+static void print_run_header(FILE *f, const struct device *d, const struct opts *o)
+{
+    print_machine(f, d);
+    fprintf(f, "  %-12s %" PRIu64 "\n", "seed:", o->seed);
+    fprintf(f, "  %-12s %d run%s per case%s\n\n", "repeat:", o->repeat, o->repeat == 1 ? "" : "s",
+            o->repeat > 1 ? " (outputs bitwise equal, or gated when a kernel declares atomics)" : "");
+}
+
+/* Resolve the cases' encodings for the device and size the label column. */
+static void cases_resolve(struct kcase *cases, size_t n, const struct device *d)
+{
+    for (size_t i = 0; i < n; i++) {
+        q_resolve(&cases[i], d);
+        if ((int)strlen(cases[i].label) > LABEL_W) LABEL_W = (int)strlen(cases[i].label);
+    }
+}
+
+/* The last line of a command: cases and outputs, passed, failed, skipped. */
+static void print_tally(FILE *f, const struct tally *tl)
+{
+    fprintf(f, "\nkgate: %d case%s, %d output%s: %d passed, %d failed", tl->cases, tl->cases == 1 ? "" : "s",
+            tl->outputs, tl->outputs == 1 ? "" : "s", tl->outputs - tl->outputs_failed, tl->outputs_failed);
+    if (tl->cases_skipped) fprintf(f, "; %d case%s skipped", tl->cases_skipped, tl->cases_skipped == 1 ? "" : "s");
+    fputc('\n', f);
+}
+
+/* Run cases on the chosen device and arm and print the table; exit code 0
+ * or 1.  A candidate arm (or --ledger) keeps the ledger: the budget is
+ * checked first and every measured case gets a line. */
 static int cmd_run(struct kcase *cases, size_t n, const struct opts *o)
 {
     struct device d;
+    struct arm arm;
+    struct ledger lg, *lgp = NULL;
+    char *file;
     open_device(&d, o);
-    FILE *summary = o->json ? stderr : stdout;
-    print_machine(summary, &d);
-    fprintf(summary, "  %-12s %" PRIu64 "\n", "seed:", o->seed);
-    fprintf(summary, "  %-12s %d run%s per case%s\n\n", "repeat:", o->repeat, o->repeat == 1 ? "" : "s",
-            o->repeat > 1 ? " (outputs bitwise equal, or gated when a kernel declares atomics)" : "");
-    for (size_t i = 0; i < n; i++) {
-        q_resolve(&cases[i], &d);
-        if ((int)strlen(cases[i].label) > LABEL_W) LABEL_W = (int)strlen(cases[i].label);
+    arm_from_opts(&arm, o, &file);
+    arm_build(&d, &arm);
+    arm_use(&d, &arm);
+    if (arm.candidate || o->ledger_path) {
+        ledger_open(&lg, o);
+        ledger_budget_check(&lg, &arm, n == 1 ? cases[0].label : NULL);
+        lgp = &lg;
     }
+    FILE *summary = o->json ? stderr : stdout;
+    print_run_header(summary, &d, o);
+    cases_resolve(cases, n, &d);
     if (!o->json) {
         print_why(o);
         print_header();
     }
     struct tally tl = { 0 };
-    for (size_t i = 0; i < n; i++) run_case(&cases[i], &d, o, (int)i + 1, (int)n, &tl, NULL);
-    fprintf(summary, "\nkgate: %d case%s, %d output%s: %d passed, %d failed", tl.cases,
-            tl.cases == 1 ? "" : "s", tl.outputs, tl.outputs == 1 ? "" : "s",
-            tl.outputs - tl.outputs_failed, tl.outputs_failed);
-    if (tl.cases_skipped) fprintf(summary, "; %d case%s skipped", tl.cases_skipped, tl.cases_skipped == 1 ? "" : "s");
-    fputc('\n', summary);
+    for (size_t i = 0; i < n; i++) {
+        struct arm_case ac = { .arm = &arm };
+        run_arms(&cases[i], &d, o, &ac, 1, NULL, lgp, (int)i + 1, (int)n, &tl, NULL);
+    }
+    print_tally(summary, &tl);
     close_device(&d);
+    arm_free(&arm);
+    free(file);
+    if (lgp) free(lg.line);
+    return tl.cases_failed ? EXIT_GATE : EXIT_PASS;
+}
+
+/* The number of rounds of a compare or noise: --rounds, else 10. */
+static int rounds_of(const struct opts *o) { return o->rounds ? o->rounds : 10; }
+
+/* kgate compare CASE --variant NAME (-D K=V ... | --kernels FILE): the
+ * reference arm and the candidate gated on the same inputs, then timed in
+ * interleaved rounds with, unless the ledger holds one, an A/A copy of the
+ * reference for the band; the verdict is faster, parity or slower.  Two
+ * (or three) ledger lines.  Exit 0, 1 (a gate failed) or 4 (budget). */
+static int cmd_compare(struct kcase *c, const struct opts *o)
+{
+    struct device d;
+    struct arm ref, cand, copy;
+    struct ledger lg;
+    char *file;
+    open_device(&d, o);
+    arm_reference(&ref);
+    arm_from_opts(&cand, o, &file);
+    if (!cand.candidate)
+        die(EXIT_USAGE, "compare needs a candidate: --variant NAME with -D NAME=VALUE ... or --kernels FILE");
+    ledger_open(&lg, o);
+    arm_build(&d, &ref);
+    arm_build(&d, &cand);
+    if (strcmp(ref.code.sha, cand.code.sha) == 0)
+        die(EXIT_USAGE, "'%s' compiles to the reference's code object (%.12s): its changes make no difference",
+            cand.name, cand.code.sha);
+    ledger_budget_check(&lg, &cand, c->label);
+    struct rounds rd = { .n = rounds_of(o), .cand = 1, .copy = -1 };
+    rd.band = ledger_band(&lg, c, o, &d, ref.code.sha, &rd.band_line);
+    struct arm_case ac[3] = { { .arm = &ref }, { .arm = &cand }, { .arm = &copy } };
+    int narms = 2;
+    if (rd.band < 0) {
+        arm_copy(&copy, &ref);
+        arm_build(&d, &copy);
+        rd.copy = narms++;
+    }
+    FILE *summary = o->json ? stderr : stdout;
+    print_run_header(summary, &d, o);
+    cases_resolve(c, 1, &d);
+    if (!o->json) {
+        print_why(o);
+        print_header();
+    }
+    struct tally tl = { 0 };
+    run_arms(c, &d, o, ac, narms, &rd, &lg, 1, 1, &tl, NULL);
+    print_tally(summary, &tl);
+    close_device(&d);
+    arm_free(&ref), arm_free(&cand);
+    if (narms == 3) arm_free(&copy);
+    free(file);
+    free(lg.line);
+    return tl.cases_failed ? EXIT_GATE : EXIT_PASS;
+}
+
+/* kgate noise CASE: the arm the options name (the reference by default) and
+ * its A/A copy, gated, then timed against each other in interleaved rounds;
+ * their spread is the band `compare` uses.  Ledger lines for both. */
+static int cmd_noise(struct kcase *c, const struct opts *o)
+{
+    struct device d;
+    struct arm arm, copy;
+    struct ledger lg;
+    char *file;
+    open_device(&d, o);
+    arm_from_opts(&arm, o, &file);
+    ledger_open(&lg, o);
+    arm_build(&d, &arm);
+    ledger_budget_check(&lg, &arm, c->label);
+    arm_copy(&copy, &arm);
+    arm_build(&d, &copy);
+    if (strcmp(arm.code.sha, copy.code.sha) == 0 && !o->quiet)
+        fprintf(stderr, "kgate: %s has no KG_BUILD_ID hook: both arms load the same code object, as two modules\n",
+                arm.src_name);
+    struct rounds rd = { .n = rounds_of(o), .cand = -1, .copy = 1, .band = -1 };
+    struct arm_case ac[2] = { { .arm = &arm }, { .arm = &copy } };
+    FILE *summary = o->json ? stderr : stdout;
+    print_run_header(summary, &d, o);
+    cases_resolve(c, 1, &d);
+    if (!o->json) {
+        print_why(o);
+        print_header();
+    }
+    struct tally tl = { 0 };
+    run_arms(c, &d, o, ac, 2, &rd, &lg, 1, 1, &tl, NULL);
+    print_tally(summary, &tl);
+    close_device(&d);
+    arm_free(&arm), arm_free(&copy);
+    free(file);
+    free(lg.line);
     return tl.cases_failed ? EXIT_GATE : EXIT_PASS;
 }
 
@@ -4144,6 +5421,135 @@ static int cmd_devices(void)
         printf("%-4d %s, %d SMs/CUs, %.1f GiB (%s)\n", i, name, sms, mem / 1073741824.0, PF_NAME[g.pf]);
     }
     return EXIT_PASS;
+}
+
+/* --- ledger --- */
+
+/* Check one ledger line (without its newline) against the chain: its seq,
+ * the hash of the line before (prev_sha), and its own line_sha256.  NULL
+ * if it holds, else what is wrong. */
+static const char *ledger_line_problem(const char *line, long seq, const char *prev_sha)
+{
+    static const char marker[] = ",\"line_sha256\":\"";
+    char prev[80], self[65], want[65];
+    if (strncmp(line, "{\"seq\":", 7) != 0) return "not a ledger line";
+    if ((long)json_field_num(line, "seq") != seq)
+        return "its seq is out of order (a line before it was removed, or lines were reordered)";
+    if (json_field(line, "prev", prev, sizeof prev) != 0 || strcmp(prev, prev_sha) != 0)
+        return "its prev is not the sha256 of the line before (that line was edited, removed or reordered)";
+    const char *m = strstr(line, marker);
+    size_t len = strlen(line);
+    if (!m || len < 2 || strcmp(line + len - 2, "\"}") != 0 || (size_t)(line + len - m) != sizeof marker - 1 + 64 + 2)
+        return "its line_sha256 is missing";
+    snprintf(self, sizeof self, "%.64s", m + sizeof marker - 1);
+    sha256_text(line, (size_t)(m - line), want);
+    if (strcmp(self, want) != 0) return "its text does not match its line_sha256 (the line was edited)";
+    return NULL;
+}
+
+/* kgate ledger verify: every line whole and chained; exit 0, or 1 naming
+ * the first line that breaks the chain. */
+static int ledger_verify(const char *path)
+{
+    size_t len = 0;
+    char *text = read_file(path, &len);
+    if (!text) die(EXIT_USAGE, "cannot read the ledger %s: %s", path, strerror(errno));
+    char prev[65] = LEDGER_ZERO;
+    long seq = 0;
+    for (char *p = text, *nl; *p; p = nl + 1) {
+        seq++;
+        nl = strchr(p, '\n');
+        if (!nl) {
+            printf("ledger %s: line %ld is torn (the file does not end with a newline)\n", path, seq);
+            free(text);
+            return EXIT_GATE;
+        }
+        *nl = 0;
+        const char *why = ledger_line_problem(p, seq, prev);
+        if (why) {
+            printf("ledger %s: line %ld: %s\n", path, seq, why);
+            free(text);
+            return EXIT_GATE;
+        }
+        sha256_text(p, (size_t)(nl - p), prev);
+    }
+    printf("ledger %s: %ld line%s, chain intact\n", path, seq, seq == 1 ? "" : "s");
+    free(text);
+    return EXIT_PASS;
+}
+
+/* A number of a ledger line as a table cell: "-" when absent. */
+static void cell_num(char *buf, size_t n, const char *line, const char *key, const char *fmt, double scale)
+{
+    double v = json_field_num(line, key);
+    if (isnan(v)) snprintf(buf, n, "-");
+    else snprintf(buf, n, fmt, v * scale);
+}
+
+/* kgate ledger: every line as a table row, with the budget count. */
+static int ledger_table(const char *path)
+{
+    char *text = read_file(path, NULL);
+    if (!text) die(EXIT_USAGE, "cannot read the ledger %s: %s", path, strerror(errno));
+    printf("%5s %-20s %-40s %-14s %-10s %-12s %-7s %11s %7s %7s %-7s %6s\n", "line", "time (UTC)", "case", "arm",
+           "role", "code object", "verdict", "median-us", "ratio", "band-%", "compare", "budget");
+    for (char *p = text, *nl; *p; p = nl + 1) {
+        nl = strchr(p, '\n');
+        if (!nl) break;
+        *nl = 0;
+        char when[32] = "", kase[256] = "", arm[64] = "", role[16] = "", sha[65] = "", verdict[16] = "",
+             cmp[16] = "-", med[32], ratio[32], band[32], used[16] = "?", budget[16] = "?";
+        json_field(p, "time", when, sizeof when);
+        json_field(p, "case", kase, sizeof kase);
+        json_field(p, "arm", arm, sizeof arm);
+        json_field(p, "role", role, sizeof role);
+        json_field(p, "code_sha256", sha, sizeof sha);
+        json_field(p, "verdict", verdict, sizeof verdict);
+        json_field(p, "compare", cmp, sizeof cmp);
+        json_field(p, "budget_used", used, sizeof used);
+        json_field(p, "budget", budget, sizeof budget);
+        cell_num(med, sizeof med, p, "median_us", "%.1f", 1);
+        cell_num(ratio, sizeof ratio, p, "ratio", "%.4f", 1);
+        cell_num(band, sizeof band, p, "band", "%.2f", 100);
+        char count[40];
+        snprintf(count, sizeof count, "%s/%s", used, budget);
+        printf("%5.0f %-20s %-40.40s %-14.14s %-10s %-12.12s %-7s %11s %7s %7s %-7s %6s\n",
+               json_field_num(p, "seq"), when, kase, arm, role, sha, verdict, med, ratio, band, cmp, count);
+    }
+    free(text);
+    return EXIT_PASS;
+}
+
+/* kgate ledger best: per case, the best correct deliverable candidate. */
+static int ledger_best(const struct opts *o)
+{
+    struct ledger lg;
+    ledger_open(&lg, o);
+    if (!lg.n) die(EXIT_USAGE, "the ledger %s is empty or absent", lg.path);
+    for (size_t i = 0; i < lg.n; i++) {
+        const char *kase = lg.line[i].kase;
+        int first = 1;
+        for (size_t j = 0; j < i && first; j++) first = strcmp(lg.line[j].kase, kase) != 0;
+        if (!first) continue;
+        const struct ledger_line *b = ledger_best_line(&lg, kase);
+        char standing[128];
+        if (b && strcmp(b->kase, kase) == 0)
+            checkpoint_standing(b, standing, sizeof standing),
+            printf("%s: '%s' (code object %.12s, ledger line %ld): %s\n", kase, b->arm, b->sha, b->seq, standing);
+        else
+            printf("%s: no correct deliverable candidate measured against the reference\n", kase);
+    }
+    free(lg.line);
+    return EXIT_PASS;
+}
+
+/* kgate ledger [verify | best] [--ledger FILE]. */
+static int cmd_ledger(const char *sub, const struct opts *o)
+{
+    if (!sub) return ledger_table(ledger_path(o));
+    if (strcmp(sub, "verify") == 0) return ledger_verify(ledger_path(o));
+    if (strcmp(sub, "best") == 0) return ledger_best(o);
+    die(EXIT_USAGE, "ledger %s: expected verify or best (or nothing, for the table)", sub);
 }
 
 /* --- selftest --- */
@@ -4402,10 +5808,17 @@ static int cmd_selftest(const struct opts *o)
     st_references(&st);
     st_sampling(&st);
     struct device d;
+    struct arm arm;
+    char *file;
     open_device(&d, o);
-    printf("gate checks on %s (%s)\n", d.name, d.arch);
+    arm_from_opts(&arm, o, &file);
+    arm_build(&d, &arm);
+    arm_use(&d, &arm);
+    printf("gate checks on %s (%s), %s %s\n", d.name, d.arch, arm.src_name, arm.options);
     st_gates(&st, &d, o);
     close_device(&d);
+    arm_free(&arm);
+    free(file);
     printf("selftest: %d passed, %d failed\n", st.passed, st.failed);
     return st.failed ? EXIT_GATE : EXIT_PASS;
 }
@@ -5223,6 +6636,13 @@ static const char USAGE[] =
     "  attn      --heads Hq[:Hkv] --dim D (--seq Sq[:Sk] [--batch B] | --seqlens S,Sq:Sk,...)\n"
     "            [--causal] [--scale X] [--dtype f16|bf16] [--bwd]\n"
     "                                        attention: O and LSE; --bwd adds dQ, dK, dV\n"
+    "  compare   CASE --variant NAME (-D K=V ... | --kernels FILE)\n"
+    "                                        the reference arm (kernels.hip as shipped) and the\n"
+    "                                        candidate: every gate on both, then timed interleaved in\n"
+    "                                        rounds: time ratio, spread, A/A band, faster|parity|slower\n"
+    "  noise     CASE                        the A/A band: the arm timed against a copy of itself\n"
+    "  ledger    [verify | best]             the ledger as a table; check its hash chain; the best\n"
+    "                                        correct checkpoint per case\n"
     "  devices                               list the GPUs the runtime sees, and the CPU\n"
     "  selftest                              prove every gate against clean runs and planted faults\n"
     "  isa       [--arch A] [--expect C]     compile kernels.hip for A (sm_90a, gfx942, ...; default\n"
@@ -5276,8 +6696,18 @@ static const char USAGE[] =
     "  --trades-precision TEXT  low precision: waive the 3 dB baseline rule, for this reason\n"
     "  --json           one JSON object per case on stdout (the summary goes to stderr)\n"
     "\n"
+    "porting (CASE: a case as on the command line, e.g. gemm --shape 2048x2048x2048):\n"
+    "  --variant NAME   the candidate's name; with -D or --kernels it makes a candidate arm\n"
+    "  -D NAME[=VALUE]  a definition for the candidate's compile (repeatable; e.g. GEMM_BM=128)\n"
+    "  --diagnostic     the variant counts against the budget but is not deliverable\n"
+    "  --rounds N       compare and noise: interleaved rounds (2..100, default 10)\n"
+    "  --ledger FILE    the ledger (default ./kgate.ledger; kept by compare and noise, and by\n"
+    "                   any run of a candidate or given --ledger)\n"
+    "  --budget N       distinct candidate code objects the ledger may hold (default 3); a new\n"
+    "                   one beyond it is refused with exit 4\n"
+    "\n"
     "exit: 0 every gate passed (skipped cases: the device lacks their format), 1 a gate failed,\n"
-    "      2 bad usage or input, 3 no GPU runtime,\n"
+    "      2 bad usage or input, 3 no GPU runtime, 4 budget spent,\n"
     "      5 device, kernel or compiler error\n"
     "environment: KGATE_CACHE (code-object cache dir), KGATE_THREADS, KGATE_NVRTC,\n"
     "      KGATE_HIPRTC, KGATE_CUDA, KGATE_HIP (library paths), KGATE_COMPILE_TIMEOUT (s)\n";
@@ -5291,30 +6721,34 @@ int main(int argc, char **argv)
         return EXIT_PASS;
     }
     struct opts o = { .seed = 42, .rtol = -1, .atol = -1 };
-    const char *cmd = argv[1];
-    const struct op *op = find_op(cmd);
+    const char *cmd = argv[1], *sub = NULL;
+    o.command = cmd;
+    int compare = strcmp(cmd, "compare") == 0, noise = strcmp(cmd, "noise") == 0;
+    const struct op *op = find_op(compare || noise ? (argc > 2 ? argv[2] : "") : cmd);
+    if ((compare || noise) && !op)
+        die(EXIT_USAGE, "%s: give a case: %s gemm|grouped|attn OPTIONS (see kgate --help)", cmd, cmd);
+    if (strcmp(cmd, "ledger") == 0 && argc > 2 && strncmp(argv[2], "--", 2) != 0) sub = argv[2];
     struct kcase one;
     if (op) {
         case_init(&one, op, "command line");
-        parse_case_args(&one, &o, argc, argv, 2, 1);
+        parse_case_args(&one, &o, argc, argv, compare || noise ? 3 : 2, 1);
     } else {
-        for (int i = 2; i < argc;) {
+        for (int i = sub ? 3 : 2; i < argc;) {
             int used = parse_global(&o, argc, argv, i);
             if (!used) die(EXIT_USAGE, "%s: unknown option '%s' (see kgate --help)", cmd, argv[i]);
             i += used;
         }
     }
-    if (o.expect && isa_class(o.expect) < 0)
-        die(EXIT_USAGE, "--expect %s: unknown matrix instruction class (%s)", o.expect, ISA_CLASS_NAMES);
     if (o.expect && strcmp(cmd, "isa") != 0)
         die(EXIT_USAGE, "--expect: only kgate isa checks matrix instructions so far");
     int all_repeat = o.device_cpu ? DEFAULT_REPEAT_ALL_CPU : DEFAULT_REPEAT_ALL_GPU;
     check_inject(&o, !op && strcmp(cmd, "all") == 0 ? all_repeat : 1);
     if (op) {
-        int rc = cmd_run(&one, 1, &o);
+        int rc = compare ? cmd_compare(&one, &o) : noise ? cmd_noise(&one, &o) : cmd_run(&one, 1, &o);
         case_free(&one);
         return rc;
     }
+    if (strcmp(cmd, "ledger") == 0) return cmd_ledger(sub, &o);
     if (strcmp(cmd, "all") == 0) {
         size_t n;
         struct kcase *cases = read_shapes(o.shapes_path ? o.shapes_path : "shapes.txt", &n);
