@@ -25,6 +25,7 @@
 #include <ctype.h>
 #include <dlfcn.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <math.h>
@@ -400,16 +401,26 @@ static void *load_table(const char *const *libs, const char *env_override, enum 
     return NULL;
 }
 
+/* Open the run-time compiler of platform pf: 0 on success, else -1 and
+ * `msg` says so, naming every library tried. */
+static int rtc_open(enum platform pf, struct rtc *c, char *msg, size_t n)
+{
+    char tried[1024] = "", why[256] = "";
+    const char *env = pf == PF_CUDA ? "KGATE_NVRTC" : "KGATE_HIPRTC";
+    if (load_table(RTC_LIBS[pf], env, pf, RTC_ROWS, sizeof RTC_ROWS / sizeof *RTC_ROWS, c,
+                   tried, sizeof tried, why, sizeof why))
+        return 0;
+    snprintf(msg, n, "no %s run-time compiler found (tried %s%s%s)", RTC_NAME[pf], tried,
+             *why ? "; " : "", why);
+    return -1;
+}
+
 /* The run-time compiler of platform pf; exits 3 naming every library tried
  * when there is none. */
 static void load_rtc(enum platform pf, struct rtc *c)
 {
-    char tried[1024] = "", why[256] = "";
-    const char *env = pf == PF_CUDA ? "KGATE_NVRTC" : "KGATE_HIPRTC";
-    if (!load_table(RTC_LIBS[pf], env, pf, RTC_ROWS, sizeof RTC_ROWS / sizeof *RTC_ROWS, c,
-                    tried, sizeof tried, why, sizeof why))
-        die(EXIT_NORUNTIME, "no %s run-time compiler found (tried %s%s%s)", RTC_NAME[pf], tried,
-            *why ? "; " : "", why);
+    char msg[1400];
+    if (rtc_open(pf, c, msg, sizeof msg) != 0) die(EXIT_NORUNTIME, "%s", msg);
 }
 
 /* ===== Device ===== */
@@ -791,6 +802,15 @@ static const char *cache_dir(void)
     return dir;
 }
 
+/* In a compiler's child process: the crash or hang that tests plant with
+ * $KGATE_TEST_COMPILER (crash|hang); nothing otherwise. */
+static void compiler_test_hook(void)
+{
+    const char *hook = getenv("KGATE_TEST_COMPILER");
+    if (hook && strcmp(hook, "crash") == 0) raise(SIGSEGV);
+    if (hook && strcmp(hook, "hang") == 0) for (;;) pause();
+}
+
 /* The compiler's child process: compile, write the log and (on success) the
  * code object into the cache, exit 0 (compiled), 1 (compile error) or 2
  * (could not run the compiler).  Runs after fork(), so a crash or hang of the
@@ -798,9 +818,7 @@ static const char *cache_dir(void)
 static int compile_child(const struct rtc *c, const char *src, const char *name,
                          const char *const *opts, int nopts, const struct code_obj *co)
 {
-    const char *hook = getenv("KGATE_TEST_COMPILER");   /* tests plant a crash or a hang */
-    if (hook && strcmp(hook, "crash") == 0) raise(SIGSEGV);
-    if (hook && strcmp(hook, "hang") == 0) for (;;) pause();
+    compiler_test_hook();
     void *prog = NULL;
     int r = c->create(&prog, src, name, 0, NULL, NULL);
     if (r != 0) {
@@ -838,9 +856,21 @@ static void print_log_head(const char *path, int max_lines)
     free(log);
 }
 
-/* Wait for the compiler child; exit 5 with one clear line if it crashed,
- * hung past $KGATE_COMPILE_TIMEOUT seconds (default 600), or failed. */
-static void compile_wait(pid_t pid, const char *what, const struct code_obj *co)
+/* Fork a compiler's child process: 0 in the child, its pid in the parent;
+ * exits 5 if there can be no child. */
+static pid_t compile_fork(void)
+{
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid < 0) die(EXIT_DEVICE, "cannot fork the compiler: %s", strerror(errno));
+    return pid;
+}
+
+/* Wait for the compiler child (exit status 0 compiled, 1 compile error,
+ * other: could not run) and return the seconds it took; exit 5 with one
+ * clear line if it crashed, hung past $KGATE_COMPILE_TIMEOUT seconds
+ * (default 600), or failed. */
+static double compile_wait(pid_t pid, const char *what, const struct code_obj *co)
 {
     const char *env = getenv("KGATE_COMPILE_TIMEOUT");
     double limit = env ? atof(env) : 600.0, t0 = now_s();
@@ -867,6 +897,52 @@ static void compile_wait(pid_t pid, const char *what, const struct code_obj *co)
         exit(EXIT_DEVICE);
     }
     if (code != 0) die(EXIT_DEVICE, "compiler failed to run on %s (log: %s)", what, log);
+    return now_s() - t0;
+}
+
+/* Name the cache entry of a compile: co's key is a hash of the compiler's
+ * identity `ident` ("NVRTC 13.0", clang's version line), the source and the
+ * options, its paths sit in cache_dir().  Reads the cached code object when
+ * there is one: returns 1 if there was, 0 if it must be compiled into
+ * co->bin_path.  Exits if the cache directory cannot be made. */
+static int cache_lookup(const char *ident, const char *src, const char *const *opts, int nopts,
+                        struct code_obj *co)
+{
+    struct sha256 h;
+    sha256_init(&h);
+    char ver[256];
+    snprintf(ver, sizeof ver, "kgate-cache-1 %s", ident);
+    sha256_update(&h, ver, strlen(ver) + 1);
+    sha256_update(&h, src, strlen(src) + 1);
+    for (int i = 0; i < nopts; i++) sha256_update(&h, opts[i], strlen(opts[i]) + 1);
+    sha256_hex(&h, co->key);
+
+    const char *dir = cache_dir();
+    if (mkdir_p(dir) != 0) die(EXIT_DEVICE, "cannot create the cache directory %s: %s", dir, strerror(errno));
+    if (snprintf(co->bin_path, sizeof co->bin_path, "%s/%s.bin", dir, co->key) >= PATH_MAX ||
+        snprintf(co->log_path, sizeof co->log_path, "%s/%s.log", dir, co->key) >= PATH_MAX)
+        die(EXIT_USAGE, "cache directory path too long: %s", dir);
+    co->data = read_file(co->bin_path, &co->size);
+    co->cached = co->data != NULL;
+    return co->cached;
+}
+
+/* After cache_lookup and, when it missed, a compile into co->bin_path: read
+ * the code object, hash it (its identity), and say on stderr where it came
+ * from.  Exits 5 if the compile left no code object. */
+static void cache_finish(const char *what, struct code_obj *co)
+{
+    if (!co->data) co->data = read_file(co->bin_path, &co->size);
+    if (!co->data) die(EXIT_DEVICE, "compiled %s but cannot read %s", what, co->bin_path);
+    struct sha256 h;
+    sha256_init(&h);
+    sha256_update(&h, co->data, co->size);
+    sha256_hex(&h, co->sha);
+    if (co->cached)
+        fprintf(stderr, "kgate: %s: cached code object %.12s (%s)\n", what, co->sha, co->bin_path);
+    else
+        fprintf(stderr, "kgate: %s: compiled in %.2f s, code object %.12s (%s)\n", what,
+                co->seconds, co->sha, co->bin_path);
 }
 
 /* Compile `src` for `arch` with the run-time compiler `c` of platform pf, or
@@ -888,44 +964,15 @@ static void compile_source(const struct rtc *c, enum platform pf, const char *sr
 
     int ma = 0, mi = 0;
     c->version(&ma, &mi);
-    struct sha256 h;
-    sha256_init(&h);
-    char ver[64];
-    snprintf(ver, sizeof ver, "kgate-cache-1 %s %d.%d", RTC_NAME[pf], ma, mi);
-    sha256_update(&h, ver, strlen(ver) + 1);
-    sha256_update(&h, src, strlen(src) + 1);
-    for (int i = 0; i < nopts; i++) sha256_update(&h, opts[i], strlen(opts[i]) + 1);
-    sha256_hex(&h, co->key);
-
-    const char *dir = cache_dir();
-    if (mkdir_p(dir) != 0) die(EXIT_DEVICE, "cannot create the cache directory %s: %s", dir, strerror(errno));
-    if (snprintf(co->bin_path, sizeof co->bin_path, "%s/%s.bin", dir, co->key) >= PATH_MAX ||
-        snprintf(co->log_path, sizeof co->log_path, "%s/%s.log", dir, co->key) >= PATH_MAX)
-        die(EXIT_USAGE, "cache directory path too long: %s", dir);
-    char what[256];
-    snprintf(what, sizeof what, "%s for %s with %s %d.%d", name, arch, RTC_NAME[pf], ma, mi);
-
-    co->data = read_file(co->bin_path, &co->size);
-    co->cached = co->data != NULL;
-    if (!co->data) {
-        double t0 = now_s();
-        fflush(NULL);
-        pid_t pid = fork();
-        if (pid < 0) die(EXIT_DEVICE, "cannot fork the compiler: %s", strerror(errno));
+    char ident[64], what[256];
+    snprintf(ident, sizeof ident, "%s %d.%d", RTC_NAME[pf], ma, mi);
+    snprintf(what, sizeof what, "%s for %s with %s", name, arch, ident);
+    if (!cache_lookup(ident, src, opts, nopts, co)) {
+        pid_t pid = compile_fork();
         if (pid == 0) _exit(compile_child(c, src, name, opts, nopts, co));
-        compile_wait(pid, what, co);
-        co->seconds = now_s() - t0;
-        co->data = read_file(co->bin_path, &co->size);
-        if (!co->data) die(EXIT_DEVICE, "compiled %s but cannot read %s", what, co->bin_path);
+        co->seconds = compile_wait(pid, what, co);
     }
-    sha256_init(&h);
-    sha256_update(&h, co->data, co->size);
-    sha256_hex(&h, co->sha);
-    if (co->cached)
-        fprintf(stderr, "kgate: %s: cached code object %.12s (%s)\n", what, co->sha, co->bin_path);
-    else
-        fprintf(stderr, "kgate: %s: compiled in %.2f s, code object %.12s (%s)\n", what,
-                co->seconds, co->sha, co->bin_path);
+    cache_finish(what, co);
 }
 
 /* --- arms: the builds a command runs side by side --- */
@@ -5887,92 +5934,633 @@ static int find_tool(const char *const *names, char *out, size_t n)
     return -1;
 }
 
-/* Matrix-unit instructions by opcode prefix, per platform. */
-static const char *const MATRIX_OPS[PF_COUNT][6] = {
-    { "HGMMA", "QGMMA", "IGMMA", "HMMA", "IMMA", NULL },
-    { "v_mfma", "v_smfmac", "v_wmma", "v_swmmac", NULL },
+/* Append `name` to a ", "-separated list in buf; "..." ends a list that no
+ * longer fits. */
+static void list_add(char *buf, size_t n, const char *name)
+{
+    size_t used = strlen(buf);
+    if (used + 4 >= n || (used >= 3 && strcmp(buf + used - 3, "...") == 0)) return;
+    if ((size_t)snprintf(buf + used, n - used, "%s%s", used ? ", " : "", name) >= n - used)
+        snprintf(buf + n - 4, 4, "...");
+}
+
+/* In a child process: exec argv (argv[0] a path, no shell) with its stdout
+ * and stderr on fd.  Returns only if it cannot (errno set). */
+static void exec_into(int fd, const char *const *argv)
+{
+    dup2(fd, STDOUT_FILENO);
+    dup2(fd, STDERR_FILENO);
+    close(fd);
+    execv(argv[0], (char *const *)argv);
+}
+
+/* Start the program at argv[0] (a path) with its stdout and stderr into a
+ * pipe, without a shell: the pipe's read end, or NULL (errno set). */
+static FILE *tool_open(const char *const *argv, pid_t *pid)
+{
+    int fd[2];
+    if (pipe(fd) != 0) return NULL;
+    fflush(NULL);
+    if ((*pid = fork()) < 0) {
+        close(fd[0]), close(fd[1]);
+        return NULL;
+    }
+    if (*pid == 0) {
+        close(fd[0]);
+        exec_into(fd[1], argv);
+        _exit(127);
+    }
+    close(fd[1]);
+    FILE *f = fdopen(fd[0], "r");
+    if (!f) close(fd[0]), waitpid(*pid, NULL, 0);
+    return f;
+}
+
+/* Read what is left of a tool_open pipe, close it and reap the tool: its
+ * exit status, 128 + the signal that ended it, or 127 if it did not run. */
+static int tool_close(FILE *f, pid_t pid)
+{
+    char buf[4096];
+    while (fread(buf, 1, sizeof buf, f) > 0) {}
+    fclose(f);
+    int st = 0;
+    while (waitpid(pid, &st, 0) < 0)
+        if (errno != EINTR) return 127;
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+/* One line of a tool's output into buf, without its newline; the rest of a
+ * line longer than buf is dropped.  0 at the end of the output. */
+static int tool_line(FILE *f, char *buf, size_t n)
+{
+    if (!fgets(buf, (int)n, f)) return 0;
+    size_t len = strlen(buf);
+    if (len && buf[len - 1] == '\n') buf[len - 1] = 0;
+    else for (int ch = 0; ch != EOF && ch != '\n';) ch = fgetc(f);
+    return 1;
+}
+
+/* Offline compilers of HIP device code for AMD, tried in order when no
+ * hiprtc loads (kernels.hip's prelude covers clang without HIP headers). */
+static const char *const HIP_CLANG[] = { "/opt/rocm/llvm/bin/clang", "clang-20", "clang-19", NULL };
+
+/* The first line of `clang --version`: the compiler's identity in the cache
+ * key.  Exits 5 if clang does not answer. */
+static void clang_ident(const char *clang, char *out, size_t n)
+{
+    const char *argv[] = { clang, "--version", NULL };
+    pid_t pid;
+    FILE *f = tool_open(argv, &pid);
+    if (!f) die(EXIT_DEVICE, "cannot run %s: %s", clang, strerror(errno));
+    int got = tool_line(f, out, n);
+    if (tool_close(f, pid) != 0 || !got || !*out) die(EXIT_DEVICE, "%s --version failed", clang);
+}
+
+/* The offline compiler's child process: exec argv (argv[0] a path) with
+ * stdout and stderr into the compile log; 2 (could not run) if it cannot. */
+static int clang_child(const char *const *argv, const char *log_path)
+{
+    compiler_test_hook();
+    int fd = open(log_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd < 0) return 2;
+    exec_into(fd, argv);
+    dprintf(STDERR_FILENO, "cannot run %s: %s\n", argv[0], strerror(errno));
+    return 2;
+}
+
+/* Compile `src` for AMD `arch` with the offline compiler `clang` (a path):
+ * device code only, no HIP headers (kernels.hip's bare-clang prelude), -O3,
+ * plus `extra` options.  Same cache as compile_source, keyed by clang's
+ * version line, the source (with a #line naming it) and the options; that
+ * source is written beside the code object.  The compile runs in a child process, with
+ * compile_source's crash, hang and error handling (exit 5). */
+static void compile_clang(const char *clang, const char *src, const char *name, const char *arch,
+                          const char *const *extra, int nextra, struct code_obj *co)
+{
+    char archopt[128], ident[200], what[PATH_MAX + 600];
+    snprintf(archopt, sizeof archopt, "--offload-arch=%s", arch);
+    /* -fuse-cuid=none: no symbol named after the path of the source's copy,
+     * so the code object is the same wherever the cache is. */
+    const char *opts[64] = { "-x", "hip", archopt, "-nogpulib", "-nogpuinc", "--cuda-device-only",
+                             "--no-gpu-bundle-output", "-fuse-cuid=none", "-O3" };
+    int nopts = 9;
+    for (int i = 0; i < nextra && nopts < 64; i++) opts[nopts++] = extra[i];
+    clang_ident(clang, ident, sizeof ident);
+    snprintf(what, sizeof what, "%s for %s with %s (%s)", name, arch, clang, ident);
+    size_t len = strlen(src) + strlen(name) + 32;
+    char *text = xmalloc(len);   /* what clang reads: messages (and the code object) name the source */
+    len = (size_t)snprintf(text, len, "#line 1 \"%s\"\n%s", strpbrk(name, "\"\\\n") ? "source" : name, src);
+    if (!cache_lookup(ident, text, opts, nopts, co)) {
+        char src_path[PATH_MAX + 8], out_path[PATH_MAX + 32];
+        snprintf(src_path, sizeof src_path, "%.*s.hip", (int)strlen(co->bin_path) - 4, co->bin_path);
+        snprintf(out_path, sizeof out_path, "%s.tmp.%d", co->bin_path, (int)getpid());
+        if (write_file_atomic(src_path, text, len) != 0)
+            die(EXIT_DEVICE, "cannot write %s: %s", src_path, strerror(errno));
+        const char *argv[64 + 5];
+        int n = 0;
+        argv[n++] = clang;
+        for (int i = 0; i < nopts; i++) argv[n++] = opts[i];
+        argv[n++] = src_path, argv[n++] = "-o", argv[n++] = out_path, argv[n] = NULL;
+        pid_t pid = compile_fork();
+        if (pid == 0) _exit(clang_child(argv, co->log_path));
+        co->seconds = compile_wait(pid, what, co);
+        if (rename(out_path, co->bin_path) != 0)
+            die(EXIT_DEVICE, "%s compiled %s but wrote no %s", clang, name, out_path);
+    }
+    free(text);
+    cache_finish(what, co);
+}
+
+/* Compile the kernels for `arch` with the platform's run-time compiler, or,
+ * for AMD when no hiprtc loads, with an offline clang (HIP_CLANG).  Exits 3
+ * naming everything tried when there is neither. */
+static void isa_compile(enum platform pf, const char *src, const char *name, const char *arch,
+                        struct code_obj *co)
+{
+    struct rtc c;
+    char msg[1400], clang[PATH_MAX];
+    if (rtc_open(pf, &c, msg, sizeof msg) == 0) {
+        compile_source(&c, pf, src, name, arch, NULL, 0, co);
+        return;
+    }
+    if (pf == PF_HIP && find_tool(HIP_CLANG, clang, sizeof clang) == 0) {
+        compile_clang(clang, src, name, arch, NULL, 0, co);
+        return;
+    }
+    if (pf == PF_CUDA) die(EXIT_NORUNTIME, "%s", msg);
+    char tried[256] = "";
+    for (int i = 0; HIP_CLANG[i]; i++) list_add(tried, sizeof tried, HIP_CLANG[i]);
+    die(EXIT_NORUNTIME, "%s, and no clang for HIP (tried %s)", msg, tried);
+}
+
+/* Matrix-unit instruction classes (--expect): each on one platform, with the
+ * opcode prefixes that belong to it. */
+enum { IC_WGMMA, IC_MMA, IC_MFMA, IC_WMMA, IC_COUNT };
+static const struct { const char *name; enum platform pf; const char *ops[4]; } ISA_CLASSES[IC_COUNT] = {
+    { "wgmma", PF_CUDA, { "HGMMA", "QGMMA", "IGMMA", NULL } }, /* sm_90 warpgroup MMA */
+    { "mma", PF_CUDA, { "HMMA", "IMMA", NULL } },              /* warp-level mma.sync */
+    { "mfma", PF_HIP, { "v_mfma", "v_smfmac", NULL } },        /* CDNA matrix cores */
+    { "wmma", PF_HIP, { "v_wmma", "v_swmmac", NULL } },        /* RDNA 3 and 4 */
 };
-static const char *const DISASM[PF_COUNT][6] = {
-    { "cuobjdump", "/usr/local/cuda/bin/cuobjdump", NULL },
-    { "llvm-objdump", "llvm-objdump-20", "llvm-objdump-19", "/opt/rocm/llvm/bin/llvm-objdump", NULL },
+#define ISA_CLASS_NAMES "wgmma, mma, mfma, wmma"
+static const char *const VENDOR[PF_COUNT] = { "NVIDIA", "AMD" };
+
+/* The class named `name`, or -1. */
+static int isa_class(const char *name)
+{
+    for (int c = 0; c < IC_COUNT; c++)
+        if (strcmp(name, ISA_CLASSES[c].name) == 0) return c;
+    return -1;
+}
+
+/* The class of opcode `op` on platform pf, or -1: op is one of the class's
+ * prefixes followed by '.', '_' or nothing ("HMMA.16816.F32.BF16",
+ * "v_mfma_f32_32x32x8_bf16"). */
+static int isa_op_class(enum platform pf, const char *op)
+{
+    for (int c = 0; c < IC_COUNT; c++) {
+        if (ISA_CLASSES[c].pf != pf) continue;
+        for (int i = 0; ISA_CLASSES[c].ops[i]; i++) {
+            size_t len = strlen(ISA_CLASSES[c].ops[i]);
+            if (strncmp(op, ISA_CLASSES[c].ops[i], len) == 0 && strchr("._", op[len])) return c;
+        }
+    }
+    return -1;
+}
+
+/* A function's resources, as its compiler recorded them (-1: not recorded). */
+enum { IR_REGS, IR_AGPRS, IR_SGPRS, IR_SHARED, IR_STACK, IR_LOCAL, IR_VSPILL, IR_SSPILL, IR_COUNT };
+/* The resource columns of each platform: heading and resource. */
+static const struct { const char *head; int r; } ISA_COLUMNS[PF_COUNT][IR_COUNT] = {
+    { { "regs", IR_REGS }, { "shared", IR_SHARED }, { "stack", IR_STACK }, { "local", IR_LOCAL } },
+    { { "vgpr", IR_REGS }, { "agpr", IR_AGPRS }, { "sgpr", IR_SGPRS }, { "lds", IR_SHARED },
+      { "scratch", IR_STACK }, { "vspill", IR_VSPILL }, { "sspill", IR_SSPILL } },
 };
 
-/* The opcode of one disassembly line, or NULL if the line is no instruction.
- * SASS: an address comment, an optional predicate, then "HGMMA.64x8x16..."; AMDGPU:
- * a tab, then "v_mfma_...". */
-static const char *isa_opcode(enum platform pf, char *line, char *buf, size_t n)
+/* A key of a tool's resource records, and the resource it gives. */
+struct isa_key { const char *key; int r; };
+
+/* The resource that `key` (klen characters) names in keys[0..n), or -1. */
+static int isa_key(const struct isa_key *keys, size_t n, const char *key, size_t klen)
 {
-    char *p = line;
-    if (pf == PF_CUDA) {
-        p = strstr(line, "*/");
-        if (!p || !strstr(line, "/*") || strstr(line, "/*") > p) return NULL;
-        p += 2;
-        p += strspn(p, " \t");
-        if (*p == '@') p += strcspn(p, " \t"), p += strspn(p, " \t");
-        if (!*p || *p == '/' || *p == '\n') return NULL;
-    } else {
-        if (*p != ' ' && *p != '\t') return NULL;
-        p += strspn(p, " \t");
-        if (!(*p >= 'a' && *p <= 'z')) return NULL;
+    for (size_t i = 0; i < n; i++)
+        if (strlen(keys[i].key) == klen && strncmp(key, keys[i].key, klen) == 0) return keys[i].r;
+    return -1;
+}
+
+/* One function of a code object, as its disassembly shows it. */
+struct isa_kernel {
+    char name[128];
+    int listed;                /* the disassembler showed its code */
+    int insts;                 /* instructions, not counting the nops that pad its end */
+    int nops;                  /* nops since its last other instruction: padding, if last */
+    int matrix[IC_COUNT];      /* matrix-unit instructions, by class */
+    char first[64];            /* the first matrix instruction's opcode; "" if none */
+    long res[IR_COUNT];
+};
+
+/* A line parser's state across the lines of one tool's output. */
+struct isa_parse {
+    int cur;                   /* the function lines now belong to; -1 none */
+    int field;                 /* nvdisasm: the resource a coming value gives; -1 none */
+    char name[128];            /* ... and whose */
+    long vals[IR_COUNT];       /* llvm-readobj: a record's values before its .name */
+};
+
+struct isa_list;
+
+/* A tool that lists a code object: the names it is looked for under, its
+ * option, the parser of its output lines, and (for resources) what the
+ * resource columns then mean. */
+struct isa_tool {
+    enum platform pf;
+    const char *names[6];
+    const char *arg;           /* NULL: the code object is its only argument */
+    void (*line)(struct isa_list *l, struct isa_parse *p, const char *line);
+    const char *legend;        /* NULL: it gives no resources */
+};
+
+/* The listing of one code object: its functions in the disassembler's
+ * order, and the tools that made it. */
+struct isa_list {
+    enum platform pf;
+    char bin[PATH_MAX];
+    struct isa_kernel *k;
+    int n, cap;
+    const struct isa_tool *dis, *res;   /* res NULL: no resource reader found */
+    char dis_path[PATH_MAX], res_path[PATH_MAX];
+    char res_tried[512];                /* the resource readers looked for */
+};
+
+/* The index of function `name` (its first `len` characters) in l, or -1. */
+static int isa_find(const struct isa_list *l, const char *name, size_t len)
+{
+    for (int i = 0; i < l->n; i++)
+        if (strlen(l->k[i].name) == len && strncmp(l->k[i].name, name, len) == 0) return i;
+    return -1;
+}
+
+/* The index of function `name` (`len` characters), added (resources not
+ * recorded) if l lacks it. */
+static int isa_add(struct isa_list *l, const char *name, size_t len)
+{
+    int i = isa_find(l, name, len);
+    if (i >= 0) return i;
+    if (l->n == l->cap) {
+        l->cap = l->cap ? 2 * l->cap : 64;
+        l->k = realloc(l->k, (size_t)l->cap * sizeof *l->k);
+        if (!l->k) die(EXIT_DEVICE, "out of host memory listing %s", l->bin);
     }
-    size_t len = strcspn(p, " \t;\n");
-    snprintf(buf, n, "%.*s", (int)len, p);
+    struct isa_kernel *k = &l->k[l->n];
+    memset(k, 0, sizeof *k);
+    snprintf(k->name, sizeof k->name, "%.*s", (int)len, name);
+    for (int r = 0; r < IR_COUNT; r++) k->res[r] = -1;
+    return l->n++;
+}
+
+/* Count instruction `op` in function i (a nop once another instruction
+ * follows it: the nops at the end of a function pad it). */
+static void isa_count(struct isa_list *l, int i, const char *op)
+{
+    struct isa_kernel *k = &l->k[i];
+    if (strcmp(op, l->pf == PF_CUDA ? "NOP" : "s_nop") == 0) {
+        k->nops++;
+        return;
+    }
+    k->insts += k->nops + 1;
+    k->nops = 0;
+    int c = isa_op_class(l->pf, op);
+    if (c < 0) return;
+    if (!*k->first) snprintf(k->first, sizeof k->first, "%s", op);
+    k->matrix[c]++;
+}
+
+/* The opcode of a SASS code line (an address comment, an optional
+ * predicate, then "HMMA.16816.F32 R8, ..."), or NULL for any other line
+ * (encoding comments, labels, directives). */
+static const char *sass_opcode(const char *line, char *buf, size_t n)
+{
+    const char *p = line + strspn(line, " \t"), *end = strstr(p, "*/");
+    if (strncmp(p, "/*", 2) != 0 || !end) return NULL;
+    p = end + 2 + strspn(end + 2, " \t");
+    if (*p == '@') p += strcspn(p, " \t"), p += strspn(p, " \t");
+    if (!(*p >= 'A' && *p <= 'Z')) return NULL;
+    snprintf(buf, n, "%.*s", (int)strcspn(p, " \t;"), p);
     return buf;
 }
 
-/* The kernel a line opens, if it opens one (SASS "Function : name";
- * objdump "0000 <name>:"). */
-static int isa_function(enum platform pf, const char *line, char *name, size_t n)
+/* cuobjdump -sass: "Function : NAME" opens a function, its code lines follow. */
+static void parse_sass(struct isa_list *l, struct isa_parse *p, const char *line)
 {
-    const char *p;
-    if (pf == PF_CUDA && (p = strstr(line, "Function : "))) {
-        snprintf(name, n, "%.*s", (int)strcspn(p + 11, " \n"), p + 11);
-        return 1;
+    const char *f = strstr(line, "Function : ");
+    char op[64];
+    if (f) {
+        p->cur = isa_add(l, f + 11, strcspn(f + 11, " \t"));
+        l->k[p->cur].listed = 1;
+    } else if (p->cur >= 0 && sass_opcode(line, op, sizeof op)) {
+        isa_count(l, p->cur, op);
     }
-    if (pf == PF_HIP && (p = strchr(line, '<')) && strstr(line, ">:") && line[0] != ' ' && line[0] != '\t') {
-        snprintf(name, n, "%.*s", (int)strcspn(p + 1, ">"), p + 1);
-        return 1;
-    }
-    return 0;
 }
 
-struct isa_kernel { char name[128]; int insts, matrix; char first_matrix[64]; };
-
-/* Disassemble the code object and print per kernel its instruction count and
- * matrix-unit instruction count. */
-static int isa_report(enum platform pf, const char *tool, const char *path)
+/* cuobjdump -res-usage: " Function NAME:" then "REG:40 STACK:0 SHARED:8448
+ * LOCAL:0 CONSTANT[0]:...". */
+static void parse_resusage(struct isa_list *l, struct isa_parse *p, const char *line)
 {
-    char cmd[PATH_MAX * 2 + 32];
-    snprintf(cmd, sizeof cmd, "'%s' %s '%s' 2>&1", tool, pf == PF_CUDA ? "-sass" : "-d", path);
-    FILE *f = popen(cmd, "r");
-    if (!f) die(EXIT_DEVICE, "cannot run %s", tool);
-    static struct isa_kernel k[MAX_KERNELS];
-    int nk = 0;
-    char line[1024], op[64], name[128];
-    while (fgets(line, sizeof line, f)) {
-        if (isa_function(pf, line, name, sizeof name)) {
-            if (nk < MAX_KERNELS) memset(&k[nk], 0, sizeof k[nk]), snprintf(k[nk++].name, 128, "%s", name);
-            continue;
+    static const struct isa_key KEYS[] = {
+        { "REG", IR_REGS }, { "STACK", IR_STACK }, { "SHARED", IR_SHARED }, { "LOCAL", IR_LOCAL },
+    };
+    const char *s = line + strspn(line, " \t");
+    if (strncmp(s, "Function ", 9) == 0) {
+        p->cur = isa_find(l, s + 9, strcspn(s + 9, ":"));
+        return;
+    }
+    for (; p->cur >= 0 && *s; s += strcspn(s, " \t"), s += strspn(s, " \t")) {
+        size_t klen = strcspn(s, ": \t");
+        int r = s[klen] == ':' ? isa_key(KEYS, sizeof KEYS / sizeof *KEYS, s, klen) : -1;
+        if (r >= 0) l->k[p->cur].res[r] = strtol(s + klen + 1, NULL, 10);
+    }
+}
+
+/* nvdisasm (the whole cubin): a "//---- .text.NAME ----" header opens a
+ * function's code.  Resources: the .nv.info records EIATTR_REGCOUNT and
+ * EIATTR_MIN_STACK_SIZE ("index@(NAME)", then ".word 0x..."), and the sizes
+ * (".zero N") of sections .nv.shared.NAME and .nv.local.NAME; nvdisasm shows
+ * every section, so a function without them has none. */
+static void parse_nvdisasm(struct isa_list *l, struct isa_parse *p, const char *line)
+{
+    const char *s;
+    char op[64];
+    if (strncmp(line, "//--", 4) == 0) {
+        s = line + strspn(line, "/- ");
+        size_t len = strcspn(s, " \t");
+        p->cur = p->field = -1;
+        if (strncmp(s, ".text.", 6) == 0) {
+            p->cur = isa_add(l, s + 6, len - 6);
+            struct isa_kernel *k = &l->k[p->cur];
+            k->listed = 1;
+            if (k->res[IR_SHARED] < 0) k->res[IR_SHARED] = 0;
+            if (k->res[IR_LOCAL] < 0) k->res[IR_LOCAL] = 0;
+        } else if (strncmp(s, ".nv.shared.", 11) == 0 || strncmp(s, ".nv.local.", 10) == 0) {
+            p->field = s[4] == 's' ? IR_SHARED : IR_LOCAL;
+            s += p->field == IR_SHARED ? 11 : 10, len -= p->field == IR_SHARED ? 11 : 10;
+            snprintf(p->name, sizeof p->name, "%.*s", (int)len, s);
         }
-        if (nk == 0 || !isa_opcode(pf, line, op, sizeof op)) continue;
-        struct isa_kernel *cur = &k[nk - 1];
-        cur->insts++;
-        for (int i = 0; MATRIX_OPS[pf][i]; i++)
-            if (strncmp(op, MATRIX_OPS[pf][i], strlen(MATRIX_OPS[pf][i])) == 0) {
-                if (!cur->matrix++) snprintf(cur->first_matrix, sizeof cur->first_matrix, "%s", op);
-            }
+    } else if ((s = strstr(line, "nvinfo : "))) {
+        p->field = strstr(s, "EIATTR_REGCOUNT") ? IR_REGS : strstr(s, "EIATTR_MIN_STACK_SIZE") ? IR_STACK : -1;
+        *p->name = 0;
+    } else if (p->field >= 0 && (s = strstr(line, "index@("))) {
+        snprintf(p->name, sizeof p->name, "%.*s", (int)strcspn(s + 7, ")"), s + 7);
+    } else if (p->field >= 0 && *p->name && ((s = strstr(line, ".word")) || (s = strstr(line, ".zero")))) {
+        int i = isa_add(l, p->name, strlen(p->name));
+        l->k[i].res[p->field] = strtol(s + 5, NULL, 0);
+        p->field = -1;
+    } else if (p->cur >= 0 && sass_opcode(line, op, sizeof op)) {
+        isa_count(l, p->cur, op);
     }
-    int rc = pclose(f);
-    if (rc != 0 || nk == 0) die(EXIT_DEVICE, "%s could not disassemble %s", tool, path);
-    printf("%-32s %8s %8s  %s\n", "kernel", "insts", "matrix", "first matrix instruction");
-    for (int i = 0; i < nk; i++)
-        printf("%-32s %8d %8d  %s\n", k[i].name, k[i].insts, k[i].matrix,
-               k[i].matrix ? k[i].first_matrix : "-");
-    return EXIT_PASS;
 }
 
-/* kgate isa [--arch A] [--kernels FILE]: compile for A (default: GPU 0's
- * arch) and list each kernel's instructions, when a disassembler is found. */
+/* llvm-objdump -d: "0000000000001900 <NAME>:" opens a function; its
+ * instructions are indented ("\tv_mfma_f32_32x32x8_bf16 v[0:15], ..."). */
+static void parse_objdump(struct isa_list *l, struct isa_parse *p, const char *line)
+{
+    const char *s = strchr(line, '<');
+    if (*line != ' ' && *line != '\t' && s && strstr(s, ">:")) {
+        p->cur = isa_add(l, s + 1, strcspn(s + 1, ">"));
+        l->k[p->cur].listed = 1;
+        return;
+    }
+    if (p->cur < 0 || (*line != ' ' && *line != '\t')) return;
+    s = line + strspn(line, " \t");
+    if (*s < 'a' || *s > 'z') return;
+    char op[64];
+    snprintf(op, sizeof op, "%.*s", (int)strcspn(s, " \t"), s);
+    isa_count(l, p->cur, op);
+}
+
+/* llvm-readobj --notes: the amdhsa.kernels metadata (YAML).  A kernel's
+ * record starts "  - .key:", its keys are ".key: value" 4 columns in (its
+ * .args list is deeper); its .name comes after some of its values. */
+static void parse_notes(struct isa_list *l, struct isa_parse *p, const char *line)
+{
+    static const struct isa_key KEYS[] = {
+        { ".vgpr_count", IR_REGS }, { ".agpr_count", IR_AGPRS }, { ".sgpr_count", IR_SGPRS },
+        { ".group_segment_fixed_size", IR_SHARED }, { ".private_segment_fixed_size", IR_STACK },
+        { ".vgpr_spill_count", IR_VSPILL }, { ".sgpr_spill_count", IR_SSPILL },
+    };
+    if (strncmp(line, "  - .", 5) == 0) {
+        p->cur = -1;
+        for (int r = 0; r < IR_COUNT; r++) p->vals[r] = -1;
+    } else if (strncmp(line, "    .", 5) != 0) {
+        return;
+    }
+    const char *key = line + 4, *val = key + strcspn(key, ":");
+    size_t klen = (size_t)(val - key);
+    if (!*val) return;
+    val += 1 + strspn(val + 1, " '\"");
+    if (klen == 5 && strncmp(key, ".name", 5) == 0) {
+        if ((p->cur = isa_find(l, val, strcspn(val, " '\""))) >= 0)
+            for (int r = 0; r < IR_COUNT; r++)
+                if (p->vals[r] >= 0) l->k[p->cur].res[r] = p->vals[r];
+        return;
+    }
+    int r = isa_key(KEYS, sizeof KEYS / sizeof *KEYS, key, klen);
+    if (r >= 0) *(p->cur >= 0 ? &l->k[p->cur].res[r] : &p->vals[r]) = strtol(val, NULL, 10);
+}
+
+/* Disassemblers, per platform in order of preference.  cuobjdump's resources
+ * come from ISA_RESOURCES; nvdisasm's from its own listing.  llvm-objdump 14
+ * (Debian's unversioned one) cannot read gfx942, hence the newer ones first. */
+static const struct isa_tool ISA_DISASM[] = {
+    { PF_CUDA, { "cuobjdump", "/usr/local/cuda/bin/cuobjdump" }, "-sass", parse_sass, NULL },
+    { PF_CUDA, { "nvdisasm", "/usr/local/cuda/bin/nvdisasm" }, NULL, parse_nvdisasm,
+      "regs: registers per thread (EIATTR_REGCOUNT); shared: static shared memory, bytes per block; "
+      "stack (EIATTR_MIN_STACK_SIZE), local: bytes per thread, nonzero for spills or local arrays "
+      "(nvdisasm)" },
+    { PF_HIP, { "/opt/rocm/llvm/bin/llvm-objdump", "llvm-objdump-20", "llvm-objdump-19", "llvm-objdump" },
+      "-d", parse_objdump, NULL },
+};
+/* Resource readers, per platform in order of preference. */
+static const struct isa_tool ISA_RESOURCES[] = {
+    { PF_CUDA, { "cuobjdump", "/usr/local/cuda/bin/cuobjdump" }, "-res-usage", parse_resusage,
+      "regs: registers per thread; shared: static shared memory, bytes per block; stack, local: bytes "
+      "per thread, nonzero for spills or local arrays (cuobjdump -res-usage)" },
+    { PF_HIP, { "/opt/rocm/llvm/bin/llvm-readobj", "llvm-readobj-20", "llvm-readobj-19", "llvm-readobj" },
+      "--notes", parse_notes,
+      "vgpr, agpr, sgpr: registers; lds: bytes per workgroup; scratch: bytes per work-item; vspill, "
+      "sspill: registers spilled (amdhsa.kernels, llvm-readobj --notes)" },
+};
+
+/* The first tool of rows[0..nrows) for platform pf that is installed (its
+ * path in `path`), or NULL; `tried` lists the names looked for. */
+static const struct isa_tool *isa_find_tool(const struct isa_tool *rows, size_t nrows, enum platform pf,
+                                            char *path, size_t n, char *tried, size_t tn)
+{
+    for (size_t i = 0; i < nrows; i++) {
+        if (rows[i].pf != pf) continue;
+        if (find_tool(rows[i].names, path, n) == 0) return &rows[i];
+        for (int j = 0; rows[i].names[j]; j++) list_add(tried, tn, rows[i].names[j]);
+    }
+    return NULL;
+}
+
+/* Run tool t (at `path`) on l's code object, each line of its output to
+ * t's parser; 0 if it exited 0, else -1 and `why` says how it failed. */
+static int isa_run(const struct isa_tool *t, const char *path, struct isa_list *l, char *why, size_t n)
+{
+    const char *argv[] = { path, t->arg ? t->arg : l->bin, t->arg ? l->bin : NULL, NULL };
+    pid_t pid;
+    FILE *f = tool_open(argv, &pid);
+    if (!f) {
+        snprintf(why, n, "cannot run %.300s: %s", path, strerror(errno));
+        return -1;
+    }
+    struct isa_parse p = { .cur = -1, .field = -1 };
+    for (int r = 0; r < IR_COUNT; r++) p.vals[r] = -1;
+    char line[1024], last[200] = "";
+    while (tool_line(f, line, sizeof line)) {
+        t->line(l, &p, line);
+        if (*line) snprintf(last, sizeof last, "%.199s", line);
+    }
+    int rc = tool_close(f, pid);
+    if (rc == 0) return 0;
+    snprintf(why, n, "%.300s %s %.300s failed (exit %d): %s", path, t->arg ? t->arg : "", l->bin, rc, last);
+    return -1;
+}
+
+enum { ISA_LISTED, ISA_NO_DISASSEMBLER, ISA_TOOL_FAILED };
+
+/* Fill l (pf and bin set): its functions and their instructions from the
+ * platform's first disassembler found, then their resources from its first
+ * resource reader found.  ISA_LISTED, or why not (in `why`). */
+static int isa_disassemble(struct isa_list *l, char *why, size_t n)
+{
+    char tried[512] = "";
+    l->dis = isa_find_tool(ISA_DISASM, sizeof ISA_DISASM / sizeof *ISA_DISASM, l->pf, l->dis_path,
+                           sizeof l->dis_path, tried, sizeof tried);
+    if (!l->dis) {
+        snprintf(why, n, "no disassembler found (tried %s)", tried);
+        return ISA_NO_DISASSEMBLER;
+    }
+    if (isa_run(l->dis, l->dis_path, l, why, n) != 0) return ISA_TOOL_FAILED;
+    int kept = 0;
+    for (int i = 0; i < l->n; i++)     /* nvdisasm: resources of no function shown */
+        if (l->k[i].listed) l->k[kept++] = l->k[i];
+    if (!(l->n = kept)) {
+        snprintf(why, n, "%.300s shows no function in %.300s", l->dis_path, l->bin);
+        return ISA_TOOL_FAILED;
+    }
+    l->res = isa_find_tool(ISA_RESOURCES, sizeof ISA_RESOURCES / sizeof *ISA_RESOURCES, l->pf,
+                           l->res_path, sizeof l->res_path, l->res_tried, sizeof l->res_tried);
+    if (l->res && isa_run(l->res, l->res_path, l, why, n) != 0) return ISA_TOOL_FAILED;
+    return ISA_LISTED;
+}
+
+/* The listing of the code object at bin_path (platform pf), disassembled
+ * once per process: the last listing made is kept, so that gating several
+ * cases on one code object runs the disassembler once.  NULL when there is
+ * none: `why` says why, *status (if not NULL) is ISA_NO_DISASSEMBLER or
+ * ISA_TOOL_FAILED. */
+static const struct isa_list *isa_listing(enum platform pf, const char *bin_path, char *why, size_t n,
+                                          int *status)
+{
+    static struct isa_list l;
+    if (l.n && l.pf == pf && strcmp(l.bin, bin_path) == 0) return &l;
+    free(l.k);
+    memset(&l, 0, sizeof l);
+    l.pf = pf;
+    snprintf(l.bin, sizeof l.bin, "%s", bin_path);
+    int st = isa_disassemble(&l, why, n);
+    if (status) *status = st;
+    if (st == ISA_LISTED) return &l;
+    free(l.k);
+    memset(&l, 0, sizeof l);
+    return NULL;
+}
+
+/* Does the listing hold matrix instructions of class c?  With `kernels`
+ * (nkernels names): each of them must be in the code object and hold one;
+ * with kernels NULL: at least one function of the code object must.  1
+ * pass, 0 fail; `why` names the functions that hold it, or those that lack
+ * it. */
+static int isa_check(const struct isa_list *l, int c, const char *const *kernels, int nkernels, char *why,
+                     size_t n)
+{
+    const char *cls = ISA_CLASSES[c].name;
+    char names[600] = "";
+    int count = 0;
+    if (!kernels) {
+        for (int i = 0; i < l->n; i++)
+            if (l->k[i].matrix[c]) count++, list_add(names, sizeof names, l->k[i].name);
+        char other[32] = "";
+        if (ISA_CLASSES[c].pf != l->pf) snprintf(other, sizeof other, " (an %s class)", VENDOR[ISA_CLASSES[c].pf]);
+        if (count) snprintf(why, n, "%d of %d kernels hold %s instructions: %s", count, l->n, cls, names);
+        else snprintf(why, n, "none of the %d kernels holds %s instructions%s", l->n, cls, other);
+        return count > 0;
+    }
+    for (int j = 0; j < nkernels; j++) {
+        int i = isa_find(l, kernels[j], strlen(kernels[j]));
+        char item[200];
+        snprintf(item, sizeof item, "%s%s", kernels[j], i < 0 ? " (not in the code object)" : "");
+        if (i < 0 || !l->k[i].matrix[c]) count++, list_add(names, sizeof names, item);
+    }
+    if (count) snprintf(why, n, "%d of %d kernels lack %s instructions: %s", count, nkernels, cls, names);
+    else snprintf(why, n, "all %d kernels hold %s instructions", nkernels, cls);
+    return count == 0;
+}
+
+/* Gate: does the code object at bin_path (platform pf) hold matrix
+ * instructions of class `expect` (wgmma, mma, mfma, wmma)?  With `kernels`
+ * (nkernels names, e.g. the kernels a case launched) each of them must hold
+ * one; with kernels NULL, at least one of its functions must.  1 pass, 0
+ * fail, `why` says what: the kernels that hold it or lack it, or that there
+ * is no disassembler (never a pass then).  Prints nothing on stdout. */
+static int isa_expect(enum platform pf, const char *bin_path, const char *expect, const char *const *kernels,
+                      int nkernels, char *why, size_t n)
+{
+    int c = isa_class(expect);
+    if (c < 0) {
+        snprintf(why, n, "unknown matrix instruction class '%s' (%s)", expect, ISA_CLASS_NAMES);
+        return 0;
+    }
+    const struct isa_list *l = isa_listing(pf, bin_path, why, n, NULL);
+    return l ? isa_check(l, c, kernels, nkernels, why, n) : 0;
+}
+
+/* Print the listing: a row per function (instructions, matrix instructions
+ * in all and by class, resources, the first matrix instruction), then what
+ * the resource columns mean and where they came from. */
+static void isa_print(const struct isa_list *l)
+{
+    int w = 6;
+    for (int i = 0; i < l->n; i++) w = (int)strlen(l->k[i].name) > w ? (int)strlen(l->k[i].name) : w;
+    printf("%-*s %7s %7s", w, "kernel", "insts", "matrix");
+    for (int c = 0; c < IC_COUNT; c++)
+        if (ISA_CLASSES[c].pf == l->pf) printf(" %6s", ISA_CLASSES[c].name);
+    for (int j = 0; j < IR_COUNT && ISA_COLUMNS[l->pf][j].head; j++) printf(" %7s", ISA_COLUMNS[l->pf][j].head);
+    printf("  first matrix instruction\n");
+    for (int i = 0; i < l->n; i++) {
+        const struct isa_kernel *k = &l->k[i];
+        int matrix = 0;
+        for (int c = 0; c < IC_COUNT; c++) matrix += k->matrix[c];
+        printf("%-*s %7d %7d", w, k->name, k->insts, matrix);
+        for (int c = 0; c < IC_COUNT; c++)
+            if (ISA_CLASSES[c].pf == l->pf) printf(" %6d", k->matrix[c]);
+        for (int j = 0; j < IR_COUNT && ISA_COLUMNS[l->pf][j].head; j++) {
+            long v = k->res[ISA_COLUMNS[l->pf][j].r];
+            if (v < 0) printf(" %7s", "-"); else printf(" %7ld", v);
+        }
+        printf("  %s\n", *k->first ? k->first : "-");
+    }
+    const char *legend = l->res ? l->res->legend : l->dis->legend;
+    printf("instructions: %s%s%s\n", l->dis_path, l->dis->arg ? " " : "", l->dis->arg ? l->dis->arg : "");
+    if (legend) printf("resources: %s\n", legend);
+    else printf("resources: not available: no reader of the compiler's records found (tried %s)\n", l->res_tried);
+}
+
+/* kgate isa [--arch A] [--kernels FILE] [--expect CLASS]: compile for A
+ * (default: GPU 0's arch) and list each kernel's instructions, matrix
+ * instructions and resources when a disassembler is found.  --expect: exit
+ * 1 unless a kernel holds that class, and always when nothing can count. */
 static int cmd_isa(const struct opts *o)
 {
     struct device d;
@@ -5985,8 +6573,6 @@ static int cmd_isa(const struct opts *o)
     enum platform pf = strncmp(arch, "sm_", 3) == 0 ? PF_CUDA : PF_HIP;
     if (pf == PF_HIP && strncmp(arch, "gfx", 3) != 0)
         die(EXIT_USAGE, "--arch %s: expected sm_XY[a] (NVIDIA) or gfxNNN (AMD)", arch);
-    struct rtc c;
-    load_rtc(pf, &c);
     const char *src = kg_embedded_src, *name = "kernels.hip (embedded)";
     char *file = NULL;
     if (o->kernels_path) {
@@ -5996,20 +6582,22 @@ static int cmd_isa(const struct opts *o)
     }
     struct code_obj co;
     memset(&co, 0, sizeof co);
-    compile_source(&c, pf, src, name, arch, NULL, 0, &co);
+    isa_compile(pf, src, name, arch, &co);
     printf("%s for %s: code object %zu bytes, sha256 %s\n", name, arch, co.size, co.sha);
-    char tool[PATH_MAX];
-    if (find_tool(DISASM[pf], tool, sizeof tool) != 0) {
-        printf("no disassembler found (tried %s on PATH and in the usual places): instruction "
-               "counts are not available\n", pf == PF_CUDA ? "cuobjdump" : "llvm-objdump");
-        free(file);
-        free(co.data);
-        return EXIT_PASS;
+    char why[1024];
+    int status = ISA_LISTED;
+    const struct isa_list *l = isa_listing(pf, co.bin_path, why, sizeof why, &status);
+    if (status == ISA_TOOL_FAILED) die(EXIT_DEVICE, "%s", why);
+    if (l) isa_print(l);
+    else printf("%s: instruction counts are not available\n", why);
+    int pass = 1;
+    if (o->expect) {
+        pass = isa_expect(pf, co.bin_path, o->expect, NULL, 0, why, sizeof why);
+        printf("expect %s: %s: %s\n", o->expect, pass ? "pass" : "FAIL", why);
     }
-    int rc = isa_report(pf, tool, co.bin_path);
     free(file);
     free(co.data);
-    return rc;
+    return pass ? EXIT_PASS : EXIT_GATE;
 }
 
 /* ===== main ===== */
@@ -6060,8 +6648,11 @@ static const char USAGE[] =
     "                                        correct checkpoint per case\n"
     "  devices                               list the GPUs the runtime sees, and the CPU\n"
     "  selftest                              prove every gate against clean runs and planted faults\n"
-    "  isa       [--arch A]                  compile kernels.hip for A (sm_90a, gfx942, ...; default\n"
-    "                                        GPU 0) and count each kernel's matrix instructions\n"
+    "  isa       [--arch A] [--expect C]     compile kernels.hip for A (sm_90a, gfx942, ...; default\n"
+    "                                        GPU 0; gfx* without hiprtc: clang offline) and list per\n"
+    "                                        kernel its matrix instructions, registers, shared memory\n"
+    "                                        and spills; --expect wgmma|mma|mfma|wmma: exit 1 unless a\n"
+    "                                        kernel has them (always when no disassembler can count)\n"
     "  codec     FORMAT [--fp8 ocp|fnuz] (--decode-all | X ...)\n"
     "                                        ref.c's codecs: e4m3, e5m2, e4m3fnuz, e5m2fnuz, e2m1,\n"
     "                                        e8m0 (decode only); values from stdin when none given\n"
@@ -6151,6 +6742,8 @@ int main(int argc, char **argv)
             i += used;
         }
     }
+    if (o.expect && strcmp(cmd, "isa") != 0)
+        die(EXIT_USAGE, "--expect: only kgate isa checks matrix instructions so far");
     int all_repeat = o.device_cpu ? DEFAULT_REPEAT_ALL_CPU : DEFAULT_REPEAT_ALL_GPU;
     check_inject(&o, !op && strcmp(cmd, "all") == 0 ? all_repeat : 1);
     if (op) {
