@@ -3830,7 +3830,7 @@ struct result {
 };
 
 /* Tallies of a whole command, for the last line and the exit code. */
-struct tally { int cases, cases_failed, cases_skipped, outputs, outputs_failed; };
+struct tally { int cases, cases_failed, cases_skipped, outputs, outputs_failed, isa_failed; };
 
 static void print_machine(FILE *f, const struct device *d)
 {
@@ -4113,6 +4113,8 @@ struct arm_case {
     long cached;                  /* > 0: the ledger line whose verdict is reused (no gates ran) */
     double total_us;              /* the sum of its timed launches' medians */
     struct launch_geom geom[MAX_OUT]; /* GPU, per launch owner: the kernels its last launch ran */
+    int isa_checked, isa_pass;    /* --expect: the timed kernels hold the class */
+    char isa_why[512];
 };
 
 #define MAX_ROUNDS 100
@@ -4141,6 +4143,17 @@ static void json_arm(FILE *f, const struct arm *a, int comma)
     json_str(f, "code_sha256", a->code.sha, comma);
 }
 
+/* --expect's answer for an arm, as a JSON member (trailing comma). */
+static void json_isa(FILE *f, const struct opts *o, const struct arm_case *ac)
+{
+    if (!ac->isa_checked) return;
+    fprintf(f, "\"isa\":{");
+    json_str(f, "expect", o->expect, 1);
+    fprintf(f, "\"pass\":%s,", ac->isa_pass ? "true" : "false");
+    json_str(f, "why", ac->isa_why, 0);
+    fprintf(f, "},");
+}
+
 /* One case on one arm as one JSON object (no newline). */
 static void json_case(FILE *f, const struct run *r, const struct arm_case *ac, int pass)
 {
@@ -4155,6 +4168,7 @@ static void json_case(FILE *f, const struct run *r, const struct arm_case *ac, i
     if (r->o->trades_precision) json_str(f, "trades_precision", r->o->trades_precision, 1);
     if (r->o->inject) json_str(f, "inject", r->o->inject, 1);
     if (ac->cached) fprintf(f, "\"cached_from_line\":%ld,", ac->cached);
+    json_isa(f, r->o, ac);
     json_str(f, "verdict", ac->cached && pass ? "cached" : pass ? "pass" : "fail", 1);
     fprintf(f, "\"outputs\":[");
     for (int k = 0; k < r->nout && !ac->cached; k++) {
@@ -4235,6 +4249,8 @@ static void report_arms(struct run *r, struct arm_case *ac, int narms, const str
             if (!ac[a].cached) print_row(r, k, ac[a].res);
             if (ac[a].res[k].timed) print_timer(r->d, &ac[a].res[k].t);
         }
+        if (ac[a].isa_checked)
+            printf("    %s isa: expect %s: %s\n", ac[a].isa_pass ? "pass" : "FAIL", o->expect, ac[a].isa_why);
     }
     if (rd && pass && !o->json) print_rounds(ac, rd);
     if (rd && pass && o->json) {
@@ -4618,6 +4634,7 @@ static void ledger_fields(FILE *f, const struct ledger *lg, const struct run *r,
     fprintf(f, "\"seed\":%" PRIu64 ",", r->o->seed);
     json_arm(f, ac[a].arm, 1);
     if (ac[a].cached) fprintf(f, "\"cached_from_line\":%ld,", ac[a].cached);
+    json_isa(f, r->o, &ac[a]);
     json_str(f, "verdict", !pass ? "fail" : ac[a].cached ? "cached" : "pass", 1);
     json_num(f, "median_us", pass && ac[a].total_us > 0 ? ac[a].total_us : NAN, 1);
     if (rd && pass) ledger_rounds(f, rd, a);
@@ -4935,6 +4952,29 @@ static void report_skip(const struct kcase *c, const struct opts *o, const char 
     fflush(stdout);
 }
 
+static int isa_expect(enum platform pf, const char *bin_path, const char *expect, const char *const *kernels,
+                      int nkernels, char *why, size_t n);
+
+/* --expect: whether every kernel that arm ac's timed launches ran (its
+ * launch geometry names them) holds matrix instructions of the class
+ * asked for (kgate isa's disassembly).  Notes the answer in ac; the CPU
+ * device, which runs no code object, never passes. */
+static int isa_gate(const struct run *r, struct arm_case *ac)
+{
+    const char *names[MAX_OUT * MAX_GEOM];
+    int n = 0;
+    ac->isa_checked = 1;
+    if (r->d->kind == DEV_CPU) {
+        snprintf(ac->isa_why, sizeof ac->isa_why, "the CPU device runs ref.c, no code object");
+        return ac->isa_pass = 0;
+    }
+    for (int k = 0; k < r->nout; k++)
+        for (int i = 0; i < ac->geom[k].n && r->out[k].launch == k; i++) names[n++] = ac->geom[k].k[i].name;
+    ac->isa_pass = isa_expect(r->d->pf, ac->arm->code.bin_path, r->o->expect, names, n, ac->isa_why,
+                              sizeof ac->isa_why);
+    return ac->isa_pass;
+}
+
 /* Gate arm ac on run r: the quantize stage (low precision), every launch on
  * poisoned outputs, `repeat` runs in all (the first checked, the others
  * compared bit for bit or, with atomics, gated), every gate of every output,
@@ -4960,10 +5000,12 @@ static void gate_arm(struct run *r, struct arm_case *ac, int repeat, const char 
         free(raw1[k]);
     }
     free(raw1);
+    if (r->o->expect && !isa_gate(r, ac)) ac->pass = 0;
 }
 
 /* Launch every output of arm ac once, untimed and ungated, to note its
- * launch geometry (for an arm whose gates the ledger's verdict stands for). */
+ * launch geometry (for an arm whose gates the ledger's verdict stands for:
+ * the report and --expect read it). */
 static void record_geometry(struct run *r, struct arm_case *ac)
 {
     arm_use(r->d, ac->arm);
@@ -5102,11 +5144,14 @@ static int run_arms(const struct kcase *c, struct device *d, const struct opts *
         ac[a].res = xcalloc((size_t)r.nout, sizeof *ac[a].res);
         for (int k = 0; k < r.nout; k++)
             ac[a].res[k].plan = base[k].plan, ac[a].res[k].refs = base[k].refs, ac[a].res[k].atol = base[k].atol;
-        if (!ac[a].cached) gate_arm(&r, &ac[a], repeat, "check", idx, total, progress);
+        if (!ac[a].cached) {
+            gate_arm(&r, &ac[a], repeat, "check", idx, total, progress);
+        } else {
+            record_geometry(&r, &ac[a]);
+            if (o->expect && !isa_gate(&r, &ac[a])) ac[a].pass = 0;
+        }
         pass &= ac[a].pass;
     }
-    for (int a = 0; a < narms && pass; a++)
-        if (ac[a].cached) record_geometry(&r, &ac[a]);
     if (pass && !rd) {
         arm_use(d, ac[0].arm);
         pass = ac[0].pass = time_case(&r, ac[0].res, have_refs, idx, total, progress);
@@ -5124,6 +5169,9 @@ static int run_arms(const struct kcase *c, struct device *d, const struct opts *
     report_arms(&r, ac, narms, rd, pass);
     if (lg) ledger_write_case(lg, &r, ac, narms, rd, pass);
     tl->cases++, tl->cases_failed += !pass;
+    int isa_failed = 0;
+    for (int a = 0; a < narms; a++) isa_failed |= ac[a].isa_checked && !ac[a].isa_pass;
+    tl->isa_failed += isa_failed;
     for (int a = 0; a < narms; a++) {
         for (int k = 0; k < r.nout; k++) {
             tl->outputs++, tl->outputs_failed += !ac[a].cached && !ac[a].res[k].pass;
@@ -5266,6 +5314,7 @@ static void print_tally(FILE *f, const struct tally *tl)
     fprintf(f, "\nkgate: %d case%s, %d output%s: %d passed, %d failed", tl->cases, tl->cases == 1 ? "" : "s",
             tl->outputs, tl->outputs == 1 ? "" : "s", tl->outputs - tl->outputs_failed, tl->outputs_failed);
     if (tl->cases_skipped) fprintf(f, "; %d case%s skipped", tl->cases_skipped, tl->cases_skipped == 1 ? "" : "s");
+    if (tl->isa_failed) fprintf(f, "; %d case%s failed --expect", tl->isa_failed, tl->isa_failed == 1 ? "" : "s");
     fputc('\n', f);
 }
 
@@ -6742,8 +6791,8 @@ int main(int argc, char **argv)
             i += used;
         }
     }
-    if (o.expect && strcmp(cmd, "isa") != 0)
-        die(EXIT_USAGE, "--expect: only kgate isa checks matrix instructions so far");
+    if (o.expect && !op && strcmp(cmd, "isa") != 0 && strcmp(cmd, "all") != 0)
+        die(EXIT_USAGE, "--expect: %s runs no kernels (isa, all, compare, noise and the case commands take it)", cmd);
     int all_repeat = o.device_cpu ? DEFAULT_REPEAT_ALL_CPU : DEFAULT_REPEAT_ALL_GPU;
     check_inject(&o, !op && strcmp(cmd, "all") == 0 ? all_repeat : 1);
     if (op) {

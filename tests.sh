@@ -875,6 +875,12 @@ expect 2 "compare without a case" $K compare --variant x -D A=1
 expect 2 "--budget 0" $K compare $G --variant x -D A=1 --budget 0
 expect 2 "--rounds 1" $K noise $G --rounds 1
 expect 2 "--expect with an unknown class" $K gemm --device cpu --shape 8x8x8 --expect tensor
+expect 2 "--expect on a command that runs no kernel" $K ledger --ledger "$L" --expect mma
+expect 1 "--expect as a gate: the CPU device runs no code object" $K compare $G --variant v1 -D GEMM_BM=32 --rounds 2 --expect wgmma
+has "$tmp/out" "^    FAIL isa: expect wgmma: the CPU device runs ref.c, no code object" "the isa gate fails with its reason"
+has "$tmp/out" "1 case failed --expect" "the summary counts the case that failed --expect"
+grep -q "^compare:" "$tmp/out" && bad "a compare that failed --expect printed a ratio" || ok "a compare that failed --expect prints no ratio"
+tail -1 "$L" | grep -q '"isa":{"expect":"wgmma","pass":false' && ok "the ledger line carries the isa answer" || bad "last line: $(tail -1 "$L" | head -c 300)"
 expect 2 "ledger with an unknown subcommand" $K ledger frob --ledger "$L"
 expect 2 "ledger verify of a missing file" $K ledger verify --ledger "$tmp/none.ledger"
 expect 0 "noise: the A/A band" $K noise gemm --device cpu --shape 32x32x32 --rounds 3 --ledger "$tmp/n.ledger" --json
