@@ -3927,9 +3927,9 @@ static struct waves geom_waves(const struct kgeom *g, int sms)
 }
 
 /* Below a timed output's row, one line per kernel its launch ran (GPU; the
- * CPU prints nothing): "  geometry C: kg_gemm_bf16 4096 tiles (64x64x1) x
- * 256 threads; 132 SMs x 2 blocks/SM = 264 per wave; 15.52 waves, last wave
- * 52% full".  The percentage is rounded into 1..99 unless the last wave is
+ * CPU prints nothing), as on the H200: "  geometry C: kg_gemm_bf16 1024
+ * tiles (32x32x1) x 256 threads; 132 SMs x 4 blocks/SM = 528 per wave; 1.94
+ * waves, last wave 94% full".  The percentage is rounded into 1..99 unless the last wave is
  * exactly full, so "100% full" never hides an idle slot. */
 static void print_geometry(const struct run *r, int o)
 {
@@ -4201,7 +4201,7 @@ static void json_rounds(FILE *f, const struct rounds *rd)
  * RSE of the median, the SM clock and throttled samples. */
 static void print_timer(const struct device *d, const struct timing *t)
 {
-    printf("    timer: median %.1f us (IQR %.1f-%.1f, min %.1f), n %d, median RSE %.2f%%", t->median_us, t->q1_us,
+    printf("    timer: median %.1f us (IQR %.1f-%.1f, min %.1f), n %d, median RSE %.3f%%", t->median_us, t->q1_us,
            t->q3_us, t->min_us, t->n, 100 * t->rse);
     if (t->clock_n)
         printf(", SM clock %.0f MHz (lowest %.0f), %d throttled sample%s dropped\n", t->clock_mhz,
@@ -4247,6 +4247,7 @@ static void report_arms(struct run *r, struct arm_case *ac, int narms, const str
                    LABEL_W, r->c->label, "-", ac[a].pass ? "cached" : "FAIL", ac[a].cached);
         for (int k = 0; k < r->nout; k++) {
             if (!ac[a].cached) print_row(r, k, ac[a].res);
+            else if (ac[a].res[k].timed) print_geometry(r, k);
             if (ac[a].res[k].timed) print_timer(r->d, &ac[a].res[k].t);
         }
         if (ac[a].isa_checked)
@@ -5130,7 +5131,7 @@ static int run_arms(const struct kcase *c, struct device *d, const struct opts *
     if (inj && inj->unfit && inj->unfit(c))
         die(EXIT_USAGE, "%s: --inject %s %s; %s is not", c->where, inj->name, inj->unfit(c), c->label);
     if (lg) ledger_lookup_cached(lg, c, o, d, ac, narms);
-    struct run r = { .c = c, .d = d, .o = o, .inputs_nonzero = 1 };
+    struct run r = { .c = c, .d = d, .o = o, .inputs_nonzero = 1, .geom = ac[0].geom };
     r.key = hash_str(mix64(o->seed), c->label);
     for (size_t i = 0; i < 2 * c->nlens && c->lens; i++) r.key = mix64(r.key ^ c->lens[i]);
     FILE *progress = o->quiet ? NULL : stderr;
