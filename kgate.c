@@ -4363,7 +4363,18 @@ static void ledger_parse(const char *text, struct ledger_line *l)
     l->median_us = json_field_num(text, "median_us");
 }
 
-/* Open the ledger file: what `kgate` means by "the ledger" for options o. */
+/* Parse one ledger line (without its newline) into lg's table. */
+static void ledger_add(struct ledger *lg, const char *text)
+{
+    if (lg->n == lg->cap) {
+        lg->cap = lg->cap ? 2 * lg->cap : 64;
+        lg->line = realloc(lg->line, lg->cap * sizeof *lg->line);
+        if (!lg->line) die(EXIT_DEVICE, "out of host memory reading the ledger");
+    }
+    ledger_parse(text, &lg->line[lg->n++]);
+}
+
+/* The ledger file: what `kgate` means by "the ledger" for options o. */
 static const char *ledger_path(const struct opts *o) { return o->ledger_path ? o->ledger_path : LEDGER_DEFAULT; }
 
 /* Read every whole line of the ledger at lg->path (none if the file does not
@@ -4379,12 +4390,7 @@ static void ledger_load(struct ledger *lg)
     for (char *p = text, *nl; *p; p = nl + 1) {
         nl = strchr(p, '\n');
         *nl = 0;
-        if (lg->n == lg->cap) {
-            lg->cap = lg->cap ? 2 * lg->cap : 64;
-            lg->line = realloc(lg->line, lg->cap * sizeof *lg->line);
-            if (!lg->line) die(EXIT_DEVICE, "out of host memory reading the ledger");
-        }
-        ledger_parse(p, &lg->line[lg->n++]);
+        ledger_add(lg, p);
     }
     free(text);
 }
@@ -4558,12 +4564,7 @@ static long ledger_append(struct ledger *lg, const char *fields)
     flock(fd, LOCK_UN);
     close(fd);
     line[len - 1] = 0;
-    if (lg->n == lg->cap) {
-        lg->cap = lg->cap ? 2 * lg->cap : 64;
-        lg->line = realloc(lg->line, lg->cap * sizeof *lg->line);
-        if (!lg->line) die(EXIT_DEVICE, "out of host memory");
-    }
-    ledger_parse(line, &lg->line[lg->n++]);
+    ledger_add(lg, line);
     free(line);
     return seq;
 }
@@ -5309,6 +5310,21 @@ static void cases_resolve(struct kcase *cases, size_t n, const struct device *d)
     }
 }
 
+/* Resolve the cases for the device and print what comes before the rows:
+ * the run's header and, as a table, the departures from the defaults and
+ * the column heads.  Returns the stream the summary goes to. */
+static FILE *start_report(const struct device *d, const struct opts *o, struct kcase *cases, size_t n)
+{
+    FILE *summary = o->json ? stderr : stdout;
+    print_run_header(summary, d, o);
+    cases_resolve(cases, n, d);
+    if (!o->json) {
+        print_why(o);
+        print_header();
+    }
+    return summary;
+}
+
 /* The last line of a command: cases and outputs, passed, failed, skipped. */
 static void print_tally(FILE *f, const struct tally *tl)
 {
@@ -5337,13 +5353,7 @@ static int cmd_run(struct kcase *cases, size_t n, const struct opts *o)
         ledger_budget_check(&lg, &arm, n == 1 ? cases[0].label : NULL);
         lgp = &lg;
     }
-    FILE *summary = o->json ? stderr : stdout;
-    print_run_header(summary, &d, o);
-    cases_resolve(cases, n, &d);
-    if (!o->json) {
-        print_why(o);
-        print_header();
-    }
+    FILE *summary = start_report(&d, o, cases, n);
     struct tally tl = { 0 };
     for (size_t i = 0; i < n; i++) {
         struct arm_case ac = { .arm = &arm };
@@ -5392,13 +5402,7 @@ static int cmd_compare(struct kcase *c, const struct opts *o)
         arm_build(&d, &copy);
         rd.copy = narms++;
     }
-    FILE *summary = o->json ? stderr : stdout;
-    print_run_header(summary, &d, o);
-    cases_resolve(c, 1, &d);
-    if (!o->json) {
-        print_why(o);
-        print_header();
-    }
+    FILE *summary = start_report(&d, o, c, 1);
     struct tally tl = { 0 };
     run_arms(c, &d, o, ac, narms, &rd, &lg, 1, 1, &tl, NULL);
     print_tally(summary, &tl);
@@ -5431,13 +5435,7 @@ static int cmd_noise(struct kcase *c, const struct opts *o)
                 arm.src_name);
     struct rounds rd = { .n = rounds_of(o), .cand = -1, .copy = 1, .band = -1 };
     struct arm_case ac[2] = { { .arm = &arm }, { .arm = &copy } };
-    FILE *summary = o->json ? stderr : stdout;
-    print_run_header(summary, &d, o);
-    cases_resolve(c, 1, &d);
-    if (!o->json) {
-        print_why(o);
-        print_header();
-    }
+    FILE *summary = start_report(&d, o, c, 1);
     struct tally tl = { 0 };
     run_arms(c, &d, o, ac, 2, &rd, &lg, 1, 1, &tl, NULL);
     print_tally(summary, &tl);
