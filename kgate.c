@@ -38,7 +38,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <fcntl.h>
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/types.h>
@@ -5154,13 +5153,13 @@ static int run_arms(const struct kcase *c, struct device *d, const struct opts *
         }
         pass &= ac[a].pass;
     }
-    if (pass && !rd) {
+    if (pass && rd) {
+        pass = time_rounds(&r, ac, narms, rd, have_refs, idx, total, progress);
+    } else if (pass) {
         arm_use(d, ac[0].arm);
         pass = ac[0].pass = time_case(&r, ac[0].res, have_refs, idx, total, progress);
         for (int k = 0; k < r.nout && pass; k++)
             if (ac[0].res[k].timed) ac[0].total_us += ac[0].res[k].t.median_us;
-    } else if (pass) {
-        pass = time_rounds(&r, ac, narms, rd, have_refs, idx, total, progress);
     }
     for (int a = 0; a < narms; a++)
         for (int k = 0; k < r.nout; k++) {
@@ -6791,7 +6790,7 @@ int main(int argc, char **argv)
         }
     }
     if (o.expect && !op && strcmp(cmd, "isa") != 0 && strcmp(cmd, "all") != 0)
-        die(EXIT_USAGE, "--expect: %s runs no kernels (isa, all, compare, noise and the case commands take it)", cmd);
+        die(EXIT_USAGE, "--expect: %s does not take it (isa, all, compare, noise and the case commands do)", cmd);
     int all_repeat = o.device_cpu ? DEFAULT_REPEAT_ALL_CPU : DEFAULT_REPEAT_ALL_GPU;
     check_inject(&o, !op && strcmp(cmd, "all") == 0 ? all_repeat : 1);
     if (op) {

@@ -557,7 +557,7 @@ grep -q -- "--expect" <(./kgate --help) && ok "--help mentions --expect" || bad 
 expect 2 "isa --expect with an unknown class" $K isa --arch gfx942 --expect tensor
 one_line "unknown --expect class"
 has "$tmp/err" "wgmma, mma, mfma,? (or )?wmma" "the unknown-class line names the classes"
-expect 2 "--expect on a command that does not check it" $K gemm --device cpu --shape 8x8x8 --expect mfma
+expect 2 "--expect on a command that does not take it" $K selftest --device cpu --expect mfma
 if command -v clang-19 >/dev/null && command -v llvm-objdump-19 >/dev/null && command -v llvm-readobj-19 >/dev/null; then
     # Bare-clang spellings, as kernels.hip's prelude: eight bf16 MFMAs (unrolled), LDS, and scratch.
     cat >"$tmp/mfma.hip" <<'EOF'
