@@ -12,14 +12,18 @@
  *
  * Sections, in the order data flows:
  *   utilities -> ref.c -> embedded kernels -> runtime loader -> device ->
- *   compile cache -> cases -> inputs -> launch -> check plan & references ->
- *   inject -> gates -> timer -> report -> running a case -> commands -> main
+ *   compile cache (and arms: the builds run side by side) -> cases -> inputs ->
+ *   launch -> check plan & references -> inject -> gates -> timer -> report ->
+ *   ledger -> running a case -> commands -> main
  *
  * Ops (rows of OPS): gemm, grouped (MoE) gemm, attention; gemm and grouped
  * also on fp8/MX inputs ("low precision": ref.c quantizes, a quantize-only
  * kernel must agree byte for byte, the product is gated by SNR).  Each
  * case's outputs are gated one by one; the gates are rows of GATES, the
- * planted faults rows of INJECTS.
+ * planted faults rows of INJECTS.  `compare` and `noise` run a case on
+ * several arms (the reference, a candidate variant, an A/A copy), gate each,
+ * and time them interleaved; the ledger records every measured arm and
+ * enforces the variant budget.
  */
 #define _GNU_SOURCE
 #include <ctype.h>

@@ -2,8 +2,9 @@
 # tests.sh — kgate's one test command.  Needs no GPU: every gate is proved on
 # --device cpu against clean runs and planted faults, the references against
 # closed forms, the CLI against bad input, kernels.hip against NVRTC (sm_90a)
-# and clang-19 (gfx942) when they are installed, and the CPU paths under
-# ASan/UBSan.  With a GPU present it also runs `kgate all` and `kgate selftest`
+# and clang-19 (gfx942) when they are installed (kgate isa counts their matrix
+# instructions), compare/noise/the ledger/the budget end to end (concurrent
+# appends and kill -9 included), and the CPU paths under ASan/UBSan.  With a GPU present it also runs `kgate all` and `kgate selftest`
 # on it.  The last line is "N passed, N failed"; the exit status is 0 only if
 # nothing failed.
 #
