@@ -906,6 +906,15 @@ if make -s kgate-asan >"$tmp/build" 2>&1; then
     asan 0 "--json, size-1 dims" gemm --device cpu --shape 1x1x3000 --bwd --json
     asan 0 "grouped bwd with empty groups" grouped --device cpu --groups 0,65,1,130,0 --shape 70x33 --bwd --repeat 2
     asan 0 "attn varlen causal bwd" attn --device cpu --seqlens 0,37,130:70,5:0 --heads 4:2 --dim 80 --causal --bwd
+    AL="$tmp/asan.ledger"
+    asan 0 "compare with an A/A copy, bwd" compare gemm --device cpu --shape 40x24x56 --bwd --variant a1 -D GEMM_BM=32 --rounds 2 --ledger "$AL"
+    asan 0 "compare, cached arms, --json" compare gemm --device cpu --shape 40x24x56 --bwd --variant a1 -D GEMM_BM=32 --rounds 2 --ledger "$AL" --json
+    asan 1 "compare with a planted fault" compare grouped --device cpu --groups 0,33,5 --shape 40x24 --variant a1 -D GEMM_BM=32 --rounds 2 --ledger "$AL" --inject group
+    asan 0 "noise on attention" noise attn --device cpu --seq 40:50 --heads 2:1 --dim 32 --rounds 2 --ledger "$AL"
+    asan 4 "the budget refusal" compare gemm --device cpu --shape 8x8x8 --variant b -D A=1 --budget 1 --ledger "$AL"
+    asan 0 "ledger table" ledger --ledger "$AL"
+    asan 0 "ledger best" ledger best --ledger "$AL"
+    asan 0 "ledger verify" ledger verify --ledger "$AL"
     asan 1 "--inject mask" attn --device cpu --seq 60:70 --heads 2 --dim 64 --causal --bwd --inject mask
     asan 1 "--inject group, sampled" grouped --device cpu --groups 0,1000,1,700 --shape 1300x1200 --inject group
     asan 2 "bad shapes line" all --device cpu --shapes "$tmp/bad.txt"
