@@ -1780,6 +1780,7 @@ struct run {
     struct attn_case *attn;       /* attn cases: geometry, inputs, statistics */
     struct qrun *q;               /* low-precision cases: operands, scales, the quantize stage */
     struct launch_geom *geom;     /* GPU, per launch owner: the kernels its last launch ran (the current arm's) */
+    int inject_off;               /* the arm that runs now is not the one --inject plants a fault in */
 };
 
 static void *run_owned(struct run *r, size_t bytes)
@@ -3724,7 +3725,8 @@ static void timing_summary(const struct device *d, const struct samples *s, stru
 }
 
 /* Whether every arm's median is known well enough to stop: at least the
- * minimum samples and an RSE of the median at most the target. */
+ * minimum samples and an RSE of the median at most the target.  Throttled
+ * samples count here: the SM clock is read back only after sampling. */
 static int timer_converged(const struct device *d, struct samples *s, int narms)
 {
     static double tmp[TIMER_MAX_SAMPLES];
@@ -3793,7 +3795,7 @@ static void time_arms(struct run *r, int o, struct arm **arms, int narms, int fi
 
 /* One measurement of several arms as rounds merge into one summary per arm:
  * the median of the round medians (and of the round quartiles), the lowest
- * min, the highest max, the samples summed. */
+ * min, the highest max, the samples summed, the largest round RSE. */
 static void timing_merge(const struct timing *rounds, int nr, struct timing *t)
 {
     double med[100], q1[100], q3[100], clk[100];
@@ -3810,7 +3812,7 @@ static void timing_merge(const struct timing *rounds, int nr, struct timing *t)
     qsort(q1, (size_t)nr, sizeof *q1, cmp_double);
     qsort(q3, (size_t)nr, sizeof *q3, cmp_double);
     t->median_us = sorted_median(med, nr), t->q1_us = sorted_median(q1, nr), t->q3_us = sorted_median(q3, nr);
-    t->rse = median_rse(med, nr);
+    for (int i = 0; i < nr; i++) t->rse = fmax(t->rse, rounds[i].rse);   /* every round's median is this good */
     if (nc) qsort(clk, (size_t)nc, sizeof *clk, cmp_double), t->clock_mhz = sorted_median(clk, nc);
     else t->clock_min_mhz = 0;
 }
@@ -4034,6 +4036,8 @@ static void json_geometry(FILE *f, const struct run *r, int o)
     fprintf(f, "]");
 }
 
+static void json_time(FILE *f, const struct run *r, int k, const struct result *x);
+
 /* One output of a case as a JSON object: gates, metrics, worst tile and
  * group, time (or the output whose launch it was timed with) and, on a GPU,
  * the timed launch's geometry. */
@@ -4088,6 +4092,13 @@ static void json_output(FILE *f, const struct run *r, int k, const struct result
         fprintf(f, ",");
         json_str(f, "timed_with", r->out[o->launch].name, 0);
     }
+    json_time(f, r, k, x);
+    fprintf(f, "}");
+}
+
+/* Output k's time and geometry as JSON members (leading comma), when timed. */
+static void json_time(FILE *f, const struct run *r, int k, const struct result *x)
+{
     if (x->timed) {
         fprintf(f, ",\"time\":{");
         json_num(f, "median_us", x->t.median_us, 1);
@@ -4105,7 +4116,6 @@ static void json_output(FILE *f, const struct run *r, int k, const struct result
         fprintf(f, "}");
         json_geometry(f, r, k);
     }
-    fprintf(f, "}");
 }
 
 /* One arm's part in one case. */
@@ -4117,6 +4127,9 @@ struct arm_case {
     double total_us;              /* the sum of its timed launches' medians */
     struct launch_geom geom[MAX_OUT]; /* GPU, per launch owner: the kernels its last launch ran */
     int isa_checked, isa_pass;    /* --expect: the timed kernels hold the class */
+    int gates_pass;               /* the correctness gates alone (pass adds --expect) */
+    int gated;                    /* its gates ran in this run (not only reused) */
+    int inject_target;            /* --inject plants its fault in this arm */
     char isa_why[512];
 };
 
@@ -4157,8 +4170,34 @@ static void json_isa(FILE *f, const struct opts *o, const struct arm_case *ac)
     fprintf(f, "},");
 }
 
+/* An arm's verdict on a case: fail, pass (its gates ran in this run) or
+ * cached (the ledger's verdict reused). */
+static const char *arm_verdict(const struct arm_case *ac)
+{
+    return !ac->pass ? "fail" : ac->gated ? "pass" : "cached";
+}
+
+/* An arm's outputs as a JSON array member (no comma): every gate of each
+ * output whose gates ran, else its name and time. */
+static void json_arm_outputs(FILE *f, const struct run *r, const struct arm_case *ac)
+{
+    fprintf(f, "\"outputs\":[");
+    for (int k = 0; k < r->nout; k++) {
+        if (k) fprintf(f, ",");
+        if (ac->gated) {
+            json_output(f, r, k, ac->res);
+            continue;
+        }
+        fprintf(f, "{");
+        json_str(f, "name", r->out[k].name, 0);
+        json_time(f, r, k, &ac->res[k]);
+        fprintf(f, "}");
+    }
+    fprintf(f, "]");
+}
+
 /* One case on one arm as one JSON object (no newline). */
-static void json_case(FILE *f, const struct run *r, const struct arm_case *ac, int pass)
+static void json_case(FILE *f, const struct run *r, const struct arm_case *ac)
 {
     fprintf(f, "{");
     json_str(f, "case", r->c->label, 1);
@@ -4172,13 +4211,9 @@ static void json_case(FILE *f, const struct run *r, const struct arm_case *ac, i
     if (r->o->inject) json_str(f, "inject", r->o->inject, 1);
     if (ac->cached) fprintf(f, "\"cached_from_line\":%ld,", ac->cached);
     json_isa(f, r->o, ac);
-    json_str(f, "verdict", ac->cached && pass ? "cached" : pass ? "pass" : "fail", 1);
-    fprintf(f, "\"outputs\":[");
-    for (int k = 0; k < r->nout && !ac->cached; k++) {
-        if (k) fprintf(f, ",");
-        json_output(f, r, k, ac->res);
-    }
-    fprintf(f, "]}");
+    json_str(f, "verdict", arm_verdict(ac), 1);
+    json_arm_outputs(f, r, ac);
+    fprintf(f, "}");
 }
 
 /* The rounds of a compare or noise as JSON fields (trailing comma). */
@@ -4237,7 +4272,7 @@ static void report_arms(struct run *r, struct arm_case *ac, int narms, const str
     for (int a = 0; a < narms; a++) {
         r->geom = ac[a].geom;
         if (o->json) {
-            json_case(stdout, r, &ac[a], pass && ac[a].pass);
+            json_case(stdout, r, &ac[a]);
             printf("\n");
             continue;
         }
@@ -4246,10 +4281,11 @@ static void report_arms(struct run *r, struct arm_case *ac, int narms, const str
                    *ac[a].arm->options ? " " : "", ac[a].arm->options, ac[a].arm->code.sha,
                    ac[a].arm->diagnostic ? " (diagnostic: not deliverable)" : "");
         if (ac[a].cached)
-            printf("%-*s %-3s %-7s verdict reused from ledger line %ld (same code object, case, seed and device)\n",
-                   LABEL_W, r->c->label, "-", ac[a].pass ? "cached" : "FAIL", ac[a].cached);
+            printf("%-*s %-3s %-7s gates' verdict reused from ledger line %ld (same code object, case, seed, device "
+                   "and conditions)%s\n", LABEL_W, r->c->label, "-", ac[a].gates_pass ? "cached" : "FAIL", ac[a].cached,
+                   ac[a].gated ? "; gated again after timing:" : "");
         for (int k = 0; k < r->nout; k++) {
-            if (!ac[a].cached) print_row(r, k, ac[a].res);
+            if (ac[a].gated) print_row(r, k, ac[a].res);
             else if (ac[a].res[k].timed) print_geometry(r, k);
             if (ac[a].res[k].timed) print_timer(r->d, &ac[a].res[k].t);
         }
@@ -4286,6 +4322,8 @@ static void report_arms(struct run *r, struct arm_case *ac, int narms, const str
 struct ledger_line {
     long seq;
     char role[16], sha[65], kase[256], arch[64], device[256], verdict[16], arm[64], compare[16];
+    char gates[16];               /* the correctness gates' verdict ("" on cached and planted-fault lines) */
+    char conditions[512];         /* what the gates were held to (run_conditions) */
     uint64_t seed;
     int deliverable, band_measured;
     double ratio, band, median_us;
@@ -4349,7 +4387,10 @@ static void ledger_parse(const char *text, struct ledger_line *l)
 {
     char buf[32];
     memset(l, 0, sizeof *l);
-    l->seq = (long)json_field_num(text, "seq");
+    double seq = json_field_num(text, "seq");
+    l->seq = isnan(seq) ? 0 : (long)seq;
+    json_field(text, "gates_verdict", l->gates, sizeof l->gates);
+    json_field(text, "conditions", l->conditions, sizeof l->conditions);
     json_field(text, "role", l->role, sizeof l->role);
     json_field(text, "code_sha256", l->sha, sizeof l->sha);
     json_field(text, "case", l->kase, sizeof l->kase);
@@ -4380,21 +4421,83 @@ static void ledger_add(struct ledger *lg, const char *text)
 /* The ledger file: what `kgate` means by "the ledger" for options o. */
 static const char *ledger_path(const struct opts *o) { return o->ledger_path ? o->ledger_path : LEDGER_DEFAULT; }
 
-/* Read every whole line of the ledger at lg->path (none if the file does not
- * exist yet); exit 2 if it cannot be read or its last line is torn. */
+/* sha256 of n bytes, as hex. */
+static void sha256_text(const char *s, size_t n, char out[65])
+{
+    struct sha256 h;
+    sha256_init(&h);
+    sha256_update(&h, s, n);
+    sha256_hex(&h, out);
+}
+
+/* Check one ledger line (without its newline) against the chain: its seq,
+ * the hash of the line before (prev_sha), and its own line_sha256.  NULL
+ * if it holds, else what is wrong. */
+static const char *ledger_line_problem(const char *line, long seq, const char *prev_sha)
+{
+    static const char marker[] = ",\"line_sha256\":\"";
+    char prev[80], self[65], want[65];
+    if (strncmp(line, "{\"seq\":", 7) != 0) return "not a ledger line";
+    double at = json_field_num(line, "seq");
+    if (isnan(at) || at != (double)seq)
+        return "its seq is out of order (a line before it was removed, or lines were reordered)";
+    if (json_field(line, "prev", prev, sizeof prev) != 0 || strcmp(prev, prev_sha) != 0)
+        return "its prev is not the sha256 of the line before (that line was edited, removed or reordered)";
+    const char *m = strstr(line, marker);
+    size_t len = strlen(line);
+    if (!m || len < 2 || strcmp(line + len - 2, "\"}") != 0 || (size_t)(line + len - m) != sizeof marker - 1 + 64 + 2)
+        return "its line_sha256 is missing";
+    snprintf(self, sizeof self, "%.64s", m + sizeof marker - 1);
+    sha256_text(line, (size_t)(m - line), want);
+    if (strcmp(self, want) != 0) return "its text does not match its line_sha256 (the line was edited)";
+    return NULL;
+}
+
+/* Walk the ledger text (len bytes) line by line against the chain (see
+ * ledger_line_problem), adding each line to lg when lg is not NULL.
+ * Returns 0 if every line holds; else the number of the first line that
+ * does not, with *why saying what is wrong (a torn last line and a NUL byte
+ * included).  *lines gets the number of lines read, *last_sha the sha256 of
+ * the last one (64 zeros for an empty ledger). */
+static long ledger_walk(const char *text, size_t len, struct ledger *lg, const char **why, long *lines,
+                        char last_sha[65])
+{
+    long seq = 0;
+    snprintf(last_sha, 65, "%s", LEDGER_ZERO);
+    for (size_t at = 0; at < len;) {
+        const char *p = text + at, *nl = memchr(p, '\n', len - at);
+        seq++;
+        *lines = seq;
+        if (!nl) { *why = "it is torn (the file does not end with a newline)"; return seq; }
+        size_t n = (size_t)(nl - p);
+        if (memchr(p, 0, n)) { *why = "it holds a NUL byte"; return seq; }
+        char *line = xmalloc(n + 1);
+        memcpy(line, p, n);
+        line[n] = 0;
+        *why = ledger_line_problem(line, seq, last_sha);
+        if (!*why && lg) ledger_add(lg, line);
+        free(line);
+        if (*why) return seq;
+        sha256_text(p, n, last_sha);
+        at += n + 1;
+    }
+    *lines = seq;
+    return 0;
+}
+
+/* Read the ledger at lg->path into lg (nothing if the file does not exist
+ * yet), every line checked against the chain: exit 2 if it cannot be read
+ * or does not verify, for no verdict is taken from a ledger that was
+ * edited. */
 static void ledger_load(struct ledger *lg)
 {
     size_t len = 0;
     char *text = read_file(lg->path, &len);
     if (!text && errno == ENOENT) return;
     if (!text) die(EXIT_USAGE, "cannot read the ledger %s: %s", lg->path, strerror(errno));
-    if (len && text[len - 1] != '\n')
-        die(EXIT_USAGE, "the ledger %s ends in a torn line; `kgate ledger verify --ledger %s` says more", lg->path, lg->path);
-    for (char *p = text, *nl; *p; p = nl + 1) {
-        nl = strchr(p, '\n');
-        *nl = 0;
-        ledger_add(lg, p);
-    }
+    const char *why = NULL;
+    long lines = 0, bad = ledger_walk(text, len, lg, &why, &lines, (char[65]){ 0 });
+    if (bad) die(EXIT_USAGE, "the ledger %s does not verify at line %ld: %s (kgate ledger verify)", lg->path, bad, why);
     free(text);
 }
 
@@ -4456,25 +4559,36 @@ static void ledger_budget_check(const struct ledger *lg, const struct arm *a, co
     if (b) {
         checkpoint_standing(b, standing, sizeof standing);
         snprintf(best, sizeof best, "the best correct checkpoint is '%s' (code object %.12s, ledger line %ld) on "
-                 "%s: %s", b->arm, b->sha, b->seq, b->kase, standing);
+                 "%s, %s: %s", b->arm, b->sha, b->seq, b->kase, b->device, standing);
     }
     die(EXIT_BUDGET, "budget spent: %d of %d candidate code objects are measured in %s, and '%s' (code object "
         "%.12s) is new; %s.  Re-running a measured code object costs nothing; --budget N raises the limit",
         used, lg->budget, lg->path, a->name, a->code.sha, best);
 }
 
+/* What a run holds the gates to, as one line: tolerances, checked
+ * elements, repeats, the precision waiver.  A cached verdict is reused only
+ * under the same conditions. */
+static void run_conditions(const struct opts *o, char *buf, size_t n)
+{
+    snprintf(buf, n, "rtol %g atol %g full %d repeat %d trades-precision %s", o->rtol, o->atol, o->full,
+             o->repeat > 1 ? o->repeat : 1, o->trades_precision ? "yes" : "no");
+}
+
 /* The latest ledger line that settled arm a's correctness on case c: same
- * code object, case, seed and device, a pass or fail verdict (cached lines
- * point back to one).  NULL if none. */
+ * code object, case, seed, device and conditions, the gates run there (not
+ * reused, no planted fault).  NULL if none. */
 static const struct ledger_line *ledger_verdict_line(const struct ledger *lg, const struct kcase *c,
                                                      const struct opts *o, const struct device *d,
                                                      const struct arm *a)
 {
+    char cond[512];
+    run_conditions(o, cond, sizeof cond);
     for (size_t i = lg->n; i-- > 0;) {
         const struct ledger_line *l = &lg->line[i];
         if (strcmp(l->sha, a->code.sha) == 0 && strcmp(l->kase, c->label) == 0 && l->seed == o->seed &&
-            strcmp(l->arch, d->arch) == 0 && strcmp(l->device, d->name) == 0 &&
-            (strcmp(l->verdict, "pass") == 0 || strcmp(l->verdict, "fail") == 0))
+            strcmp(l->arch, d->arch) == 0 && strcmp(l->device, d->name) == 0 && strcmp(l->conditions, cond) == 0 &&
+            (strcmp(l->gates, "pass") == 0 || strcmp(l->gates, "fail") == 0))
             return l;
     }
     return NULL;
@@ -4489,7 +4603,7 @@ static void ledger_lookup_cached(const struct ledger *lg, const struct kcase *c,
         const struct ledger_line *l = ledger_verdict_line(lg, c, o, d, ac[a].arm);
         if (!l) continue;
         ac[a].cached = l->seq;
-        ac[a].pass = strcmp(l->verdict, "pass") == 0;
+        ac[a].pass = ac[a].gates_pass = strcmp(l->gates, "pass") == 0;
     }
 }
 
@@ -4509,67 +4623,69 @@ static double ledger_band(const struct ledger *lg, const struct kcase *c, const 
     return -1;
 }
 
-/* sha256 of n bytes, as hex. */
-static void sha256_text(const char *s, size_t n, char out[65])
-{
-    struct sha256 h;
-    sha256_init(&h);
-    sha256_update(&h, s, n);
-    sha256_hex(&h, out);
-}
 
-/* The last line of open file fd (without its newline) into a new string,
- * "" for an empty file; NULL if the file does not end in a newline. */
-static char *last_line(int fd)
+/* The whole content of open file fd into a new string; NULL on a read
+ * error. */
+static char *fd_read_all(int fd, size_t *len)
 {
-    off_t end = lseek(fd, 0, SEEK_END), at = end;
-    if (end <= 0) return calloc(1, 1);
-    char c;
-    if (pread(fd, &c, 1, end - 1) != 1 || c != '\n') return NULL;
-    for (at = end - 1; at > 0; at--)
-        if (pread(fd, &c, 1, at - 1) == 1 && c == '\n') break;
-    size_t n = (size_t)(end - 1 - at);
-    char *s = xmalloc(n + 1);
-    if (pread(fd, s, n, at) != (ssize_t)n) { free(s); return NULL; }
-    s[n] = 0;
+    off_t end = lseek(fd, 0, SEEK_END);
+    if (end < 0) return NULL;
+    char *s = xmalloc((size_t)end + 1);
+    size_t got = 0;
+    while (got < (size_t)end) {
+        ssize_t r = pread(fd, s + got, (size_t)end - got, (off_t)got);
+        if (r <= 0) { free(s); return NULL; }
+        got += (size_t)r;
+    }
+    s[got] = 0;
+    *len = got;
     return s;
 }
 
-/* Append one line with `fields` (JSON members, no braces) to the ledger,
- * chained to the last line, under an exclusive lock; one write, then
- * fsync.  Returns its seq; exit 5 if the file cannot be written. */
-static long ledger_append(struct ledger *lg, const char *fields)
+/* Append one line with `fields` (JSON members, no braces) for arm a to the
+ * ledger, chained to the last line.  Under an exclusive lock it re-reads and
+ * verifies the whole ledger (another process may have appended meanwhile),
+ * re-checks the budget for a candidate (exit 4 when a concurrent run took
+ * the last slot), then writes the line with one write() and fsyncs; a short
+ * write is cut back off.  Returns the line's seq. */
+static long ledger_append(struct ledger *lg, const char *fields, const struct arm *a, const char *kase)
 {
     int fd = open(lg->path, O_RDWR | O_APPEND | O_CREAT, 0644);
     if (fd < 0) die(EXIT_DEVICE, "cannot open the ledger %s: %s", lg->path, strerror(errno));
     if (flock(fd, LOCK_EX) != 0) die(EXIT_DEVICE, "cannot lock the ledger %s: %s", lg->path, strerror(errno));
     const char *hold = getenv("KGATE_TEST_LEDGER_HOLD");   /* tests: kill -9 while the lock is held */
     if (hold) fprintf(stderr, "kgate: holding the ledger lock (test)\n"), usleep((useconds_t)(atof(hold) * 1e6));
-    char *last = last_line(fd);
-    if (!last) die(EXIT_DEVICE, "the ledger %s ends in a torn line; nothing appended (kgate ledger verify)", lg->path);
-    char prev[65];
-    long seq = 1;
-    if (*last) sha256_text(last, strlen(last), prev), seq = (long)json_field_num(last, "seq") + 1;
-    else snprintf(prev, sizeof prev, "%s", LEDGER_ZERO);
-    free(last);
+    size_t old = 0;
+    char *text = fd_read_all(fd, &old), prev[65];
+    if (!text) die(EXIT_DEVICE, "cannot read the ledger %s: %s", lg->path, strerror(errno));
+    const char *why = NULL;
+    long lines = 0;
+    lg->n = 0;
+    long bad = ledger_walk(text, old, lg, &why, &lines, prev);
+    free(text);
+    if (bad) die(EXIT_USAGE, "the ledger %s does not verify at line %ld: %s; nothing appended", lg->path, bad, why);
+    ledger_budget_check(lg, a, kase);
     char *line = NULL;
     size_t len = 0;
     FILE *f = open_memstream(&line, &len);
-    fprintf(f, "{\"seq\":%ld,\"prev\":\"%s\",%s", seq, prev, fields);
+    fprintf(f, "{\"seq\":%ld,\"prev\":\"%s\",%s", lines + 1, prev, fields);
     fflush(f);
     char self[65];
     sha256_text(line, len, self);
     fprintf(f, ",\"line_sha256\":\"%s\"}\n", self);
     fclose(f);
     ssize_t w = write(fd, line, len);
-    if (w != (ssize_t)len || fsync(fd) != 0)
-        die(EXIT_DEVICE, "writing the ledger %s failed: %s", lg->path, w < 0 ? strerror(errno) : "short write");
+    if (w != (ssize_t)len || fsync(fd) != 0) {
+        int err = errno;
+        if (w > 0 && ftruncate(fd, (off_t)old) != 0) err = errno;
+        die(EXIT_DEVICE, "writing the ledger %s failed: %s", lg->path, w < 0 || w == (ssize_t)len ? strerror(err) : "short write (cut back off)");
+    }
     flock(fd, LOCK_UN);
     close(fd);
     line[len - 1] = 0;
     ledger_add(lg, line);
     free(line);
-    return seq;
+    return lines + 1;
 }
 
 /* Keep arm a's compile options and log beside the ledger, in
@@ -4617,10 +4733,12 @@ static void ledger_rounds(FILE *f, const struct rounds *rd, int a)
 }
 
 /* The ledger fields of arm a of run r (JSON members, no braces): where and
- * when, what ran, the verdict, its time, the rounds, the budget, and every
- * gate value of every output. */
+ * when, what ran, under which conditions, the arm's verdict (and its gates'
+ * alone, which later runs may reuse: not on a line with a planted fault),
+ * its time and the rounds when the case was timed (timed), the budget, and
+ * every gate value of every output. */
 static void ledger_fields(FILE *f, const struct ledger *lg, const struct run *r, const struct arm_case *ac,
-                          int a, const struct rounds *rd, int pass)
+                          int a, const struct rounds *rd, int timed)
 {
     const struct device *d = r->d;
     char when[32];
@@ -4638,19 +4756,20 @@ static void ledger_fields(FILE *f, const struct ledger *lg, const struct run *r,
     json_str(f, "case", r->c->label, 1);
     fprintf(f, "\"seed\":%" PRIu64 ",", r->o->seed);
     json_arm(f, ac[a].arm, 1);
+    char cond[512];
+    run_conditions(r->o, cond, sizeof cond);
+    json_str(f, "conditions", cond, 1);
+    if (r->o->why) json_str(f, "why", r->o->why, 1);
+    if (r->o->inject) json_str(f, "inject", r->o->inject, 1);
     if (ac[a].cached) fprintf(f, "\"cached_from_line\":%ld,", ac[a].cached);
     json_isa(f, r->o, &ac[a]);
-    json_str(f, "verdict", !pass ? "fail" : ac[a].cached ? "cached" : "pass", 1);
-    json_num(f, "median_us", pass && ac[a].total_us > 0 ? ac[a].total_us : NAN, 1);
-    if (rd && pass) ledger_rounds(f, rd, a);
+    json_str(f, "verdict", arm_verdict(&ac[a]), 1);
+    if (ac[a].gated && !r->o->inject) json_str(f, "gates_verdict", ac[a].gates_pass ? "pass" : "fail", 1);
+    json_num(f, "median_us", timed && ac[a].total_us > 0 ? ac[a].total_us : NAN, 1);
+    if (rd && timed) ledger_rounds(f, rd, a);
     int known = 0, used = ledger_candidates(lg, ac[a].arm->code.sha, &known);
     fprintf(f, "\"budget_used\":%d,\"budget\":%d,", used + (ac[a].arm->candidate && !known), lg->budget);
-    fprintf(f, "\"outputs\":[");
-    for (int k = 0; k < r->nout && !ac[a].cached; k++) {
-        if (k) fprintf(f, ",");
-        json_output(f, r, k, ac[a].res);
-    }
-    fprintf(f, "]");
+    json_arm_outputs(f, r, &ac[a]);
 }
 
 /* One ledger line per arm of a case that ran, and each arm's compile log
@@ -4663,10 +4782,10 @@ static void ledger_write_case(struct ledger *lg, struct run *r, struct arm_case 
         char *fields = NULL;
         size_t len = 0;
         FILE *f = open_memstream(&fields, &len);
-        ledger_fields(f, lg, r, ac, a, rd, pass && ac[a].pass);
+        ledger_fields(f, lg, r, ac, a, rd, pass);
         fclose(f);
         ledger_keep_log(lg, r->d, ac[a].arm);
-        long seq = ledger_append(lg, fields);
+        long seq = ledger_append(lg, fields, ac[a].arm, r->c->label);
         free(fields);
         if (!r->o->quiet) fprintf(stderr, "kgate: ledger %s line %ld: %s %s\n", lg->path, seq, ac[a].arm->name, r->c->label);
     }
@@ -4737,7 +4856,7 @@ static unsigned char *download_output(struct run *r, int o)
 /* The --inject fault if it is planted at `stage`, else NULL. */
 static const struct inject *run_inject(const struct run *r, enum inj_stage stage)
 {
-    const struct inject *inj = r->o->inject ? find_inject(r->o->inject) : NULL;
+    const struct inject *inj = r->o->inject && !r->inject_off ? find_inject(r->o->inject) : NULL;
     return inj && inj->stage == stage ? inj : NULL;
 }
 
@@ -4975,6 +5094,10 @@ static int isa_gate(const struct run *r, struct arm_case *ac)
     }
     for (int k = 0; k < r->nout; k++)
         for (int i = 0; i < ac->geom[k].n && r->out[k].launch == k; i++) names[n++] = ac->geom[k].k[i].name;
+    if (n == 0) {
+        snprintf(ac->isa_why, sizeof ac->isa_why, "the case launched no kernel: nothing to check");
+        return ac->isa_pass = 0;
+    }
     ac->isa_pass = isa_expect(r->d->pf, ac->arm->code.bin_path, r->o->expect, names, n, ac->isa_why,
                               sizeof ac->isa_why);
     return ac->isa_pass;
@@ -4989,6 +5112,7 @@ static void gate_arm(struct run *r, struct arm_case *ac, int repeat, const char 
 {
     arm_use(r->d, ac->arm);
     r->geom = ac->geom;
+    r->inject_off = !ac->inject_target;
     struct result *res = ac->res;
     if (r->q) q_stage(r);
     launch_all(r);
@@ -5005,6 +5129,7 @@ static void gate_arm(struct run *r, struct arm_case *ac, int repeat, const char 
         free(raw1[k]);
     }
     free(raw1);
+    ac->gates_pass = ac->pass, ac->gated = 1;
     if (r->o->expect && !isa_gate(r, ac)) ac->pass = 0;
 }
 
@@ -5142,7 +5267,10 @@ static int run_arms(const struct kcase *c, struct device *d, const struct opts *
     if (progress) fprintf(progress, "[%d/%d] %s (%s): inputs\n", idx, total, c->label, c->where);
     c->op->prepare(&r);
     int have_refs = 0, pass = 1, repeat = o->repeat > 1 ? o->repeat : 1;
-    for (int a = 0; a < narms; a++) have_refs |= !ac[a].cached;
+    for (int a = 0; a < narms; a++) {
+        have_refs |= !ac[a].cached;
+        ac[a].inject_target = narms == 1 || a == (rd && rd->cand >= 0 ? rd->cand : 0);
+    }
     struct result *base = xcalloc((size_t)r.nout, sizeof *base);
     if (have_refs) case_references(&r, base, idx, total, progress);
     for (int a = 0; a < narms; a++) {
@@ -5167,9 +5295,9 @@ static int run_arms(const struct kcase *c, struct device *d, const struct opts *
     }
     for (int a = 0; a < narms; a++)
         for (int k = 0; k < r.nout; k++) {
-            if (!pass) ac[a].res[k].timed = 0;   /* a failed case has no time */
+            if (!pass) ac[a].res[k].timed = 0, ac[a].total_us = 0;   /* a failed case has no time */
             for (size_t g = 0; g < N_GATES; g++)
-                if (!ac[a].cached && !ac[a].res[k].v[g].pass && failed_gates) *failed_gates |= 1u << g;
+                if (ac[a].gated && !ac[a].res[k].v[g].pass && failed_gates) *failed_gates |= 1u << g;
         }
     report_arms(&r, ac, narms, rd, pass);
     if (lg) ledger_write_case(lg, &r, ac, narms, rd, pass);
@@ -5179,7 +5307,7 @@ static int run_arms(const struct kcase *c, struct device *d, const struct opts *
     tl->isa_failed += isa_failed;
     for (int a = 0; a < narms; a++) {
         for (int k = 0; k < r.nout; k++) {
-            tl->outputs++, tl->outputs_failed += !ac[a].cached && !ac[a].res[k].pass;
+            tl->outputs++, tl->outputs_failed += ac[a].gated ? !ac[a].res[k].pass : !ac[a].gates_pass;
             free(ac[a].res[k].s.tiles);
             free(ac[a].res[k].s.segs);
         }
@@ -5270,12 +5398,16 @@ static void arm_copy(struct arm *a, const struct arm *of)
     a->copy = 1;
 }
 
-/* Open the ledger the options name and read it. */
+/* Open the ledger the options name (exit 2 before any work if it cannot be
+ * written) and read it. */
 static void ledger_open(struct ledger *lg, const struct opts *o)
 {
     memset(lg, 0, sizeof *lg);
     lg->path = ledger_path(o);
     lg->budget = o->budget ? o->budget : BUDGET_DEFAULT;
+    int fd = open(lg->path, O_WRONLY | O_APPEND | O_CREAT, 0644);
+    if (fd < 0) die(EXIT_USAGE, "cannot write the ledger %s: %s", lg->path, strerror(errno));
+    close(fd);
     ledger_load(lg);
 }
 
@@ -5479,56 +5611,24 @@ static int cmd_devices(void)
 
 /* --- ledger --- */
 
-/* Check one ledger line (without its newline) against the chain: its seq,
- * the hash of the line before (prev_sha), and its own line_sha256.  NULL
- * if it holds, else what is wrong. */
-static const char *ledger_line_problem(const char *line, long seq, const char *prev_sha)
-{
-    static const char marker[] = ",\"line_sha256\":\"";
-    char prev[80], self[65], want[65];
-    if (strncmp(line, "{\"seq\":", 7) != 0) return "not a ledger line";
-    if ((long)json_field_num(line, "seq") != seq)
-        return "its seq is out of order (a line before it was removed, or lines were reordered)";
-    if (json_field(line, "prev", prev, sizeof prev) != 0 || strcmp(prev, prev_sha) != 0)
-        return "its prev is not the sha256 of the line before (that line was edited, removed or reordered)";
-    const char *m = strstr(line, marker);
-    size_t len = strlen(line);
-    if (!m || len < 2 || strcmp(line + len - 2, "\"}") != 0 || (size_t)(line + len - m) != sizeof marker - 1 + 64 + 2)
-        return "its line_sha256 is missing";
-    snprintf(self, sizeof self, "%.64s", m + sizeof marker - 1);
-    sha256_text(line, (size_t)(m - line), want);
-    if (strcmp(self, want) != 0) return "its text does not match its line_sha256 (the line was edited)";
-    return NULL;
-}
-
 /* kgate ledger verify: every line whole and chained; exit 0, or 1 naming
- * the first line that breaks the chain. */
+ * the first line that breaks the chain.  Prints the last line's sha256:
+ * kept elsewhere, it also shows lines cut off the end or a last line
+ * rewritten with its hashes. */
 static int ledger_verify(const char *path)
 {
     size_t len = 0;
     char *text = read_file(path, &len);
     if (!text) die(EXIT_USAGE, "cannot read the ledger %s: %s", path, strerror(errno));
-    char prev[65] = LEDGER_ZERO;
-    long seq = 0;
-    for (char *p = text, *nl; *p; p = nl + 1) {
-        seq++;
-        nl = strchr(p, '\n');
-        if (!nl) {
-            printf("ledger %s: line %ld is torn (the file does not end with a newline)\n", path, seq);
-            free(text);
-            return EXIT_GATE;
-        }
-        *nl = 0;
-        const char *why = ledger_line_problem(p, seq, prev);
-        if (why) {
-            printf("ledger %s: line %ld: %s\n", path, seq, why);
-            free(text);
-            return EXIT_GATE;
-        }
-        sha256_text(p, (size_t)(nl - p), prev);
-    }
-    printf("ledger %s: %ld line%s, chain intact\n", path, seq, seq == 1 ? "" : "s");
+    const char *why = NULL;
+    char last[65];
+    long lines = 0, bad = ledger_walk(text, len, NULL, &why, &lines, last);
     free(text);
+    if (bad) {
+        printf("ledger %s: line %ld: %s\n", path, bad, why);
+        return EXIT_GATE;
+    }
+    printf("ledger %s: %ld line%s, chain intact; last line sha256 %s\n", path, lines, lines == 1 ? "" : "s", last);
     return EXIT_PASS;
 }
 
@@ -5540,11 +5640,15 @@ static void cell_num(char *buf, size_t n, const char *line, const char *key, con
     else snprintf(buf, n, fmt, v * scale);
 }
 
-/* kgate ledger: every line as a table row, with the budget count. */
+/* kgate ledger: every whole line as a table row, with the budget count;
+ * exit 1, naming the line, when the chain does not verify. */
 static int ledger_table(const char *path)
 {
-    char *text = read_file(path, NULL);
+    size_t len = 0;
+    char *text = read_file(path, &len);
     if (!text) die(EXIT_USAGE, "cannot read the ledger %s: %s", path, strerror(errno));
+    const char *why = NULL;
+    long lines = 0, bad = ledger_walk(text, len, NULL, &why, &lines, (char[65]){ 0 });
     printf("%5s %-20s %-40s %-14s %-10s %-12s %-7s %11s %7s %7s %-7s %6s\n", "line", "time (UTC)", "case", "arm",
            "role", "code object", "verdict", "median-us", "ratio", "band-%", "compare", "budget");
     for (char *p = text, *nl; *p; p = nl + 1) {
@@ -5571,7 +5675,8 @@ static int ledger_table(const char *path)
                json_field_num(p, "seq"), when, kase, arm, role, sha, verdict, med, ratio, band, cmp, count);
     }
     free(text);
-    return EXIT_PASS;
+    if (bad) fprintf(stderr, "kgate: ledger %s: line %ld: %s (kgate ledger verify)\n", path, bad, why);
+    return bad ? EXIT_GATE : EXIT_PASS;
 }
 
 /* kgate ledger best: per case, the best correct deliverable candidate. */
@@ -5589,7 +5694,8 @@ static int ledger_best(const struct opts *o)
         char standing[128];
         if (b && strcmp(b->kase, kase) == 0)
             checkpoint_standing(b, standing, sizeof standing),
-            printf("%s: '%s' (code object %.12s, ledger line %ld): %s\n", kase, b->arm, b->sha, b->seq, standing);
+            printf("%s: '%s' (code object %.12s, ledger line %ld, %s): %s\n", kase, b->arm, b->sha, b->seq, b->device,
+                   standing);
         else
             printf("%s: no correct deliverable candidate measured against the reference\n", kase);
     }
@@ -6125,17 +6231,18 @@ static void compile_clang(const char *clang, const char *src, const char *name, 
 /* Compile the kernels for `arch` with the platform's run-time compiler, or,
  * for AMD when no hiprtc loads, with an offline clang (HIP_CLANG).  Exits 3
  * naming everything tried when there is neither. */
-static void isa_compile(enum platform pf, const char *src, const char *name, const char *arch,
-                        struct code_obj *co)
+static void isa_compile(enum platform pf, const struct arm *a, const char *arch, struct code_obj *co)
 {
+    const char *src = a->src, *name = a->src_name;
+    const char *const *defs = (const char *const *)a->defines;
     struct rtc c;
     char msg[1400], clang[PATH_MAX];
     if (rtc_open(pf, &c, msg, sizeof msg) == 0) {
-        compile_source(&c, pf, src, name, arch, NULL, 0, co);
+        compile_source(&c, pf, src, name, arch, defs, a->ndefines, co);
         return;
     }
     if (pf == PF_HIP && find_tool(HIP_CLANG, clang, sizeof clang) == 0) {
-        compile_clang(clang, src, name, arch, NULL, 0, co);
+        compile_clang(clang, src, name, arch, defs, a->ndefines, co);
         return;
     }
     if (pf == PF_CUDA) die(EXIT_NORUNTIME, "%s", msg);
@@ -6624,17 +6731,14 @@ static int cmd_isa(const struct opts *o)
     enum platform pf = strncmp(arch, "sm_", 3) == 0 ? PF_CUDA : PF_HIP;
     if (pf == PF_HIP && strncmp(arch, "gfx", 3) != 0)
         die(EXIT_USAGE, "--arch %s: expected sm_XY[a] (NVIDIA) or gfxNNN (AMD)", arch);
-    const char *src = kg_embedded_src, *name = "kernels.hip (embedded)";
-    char *file = NULL;
-    if (o->kernels_path) {
-        file = read_file(o->kernels_path, NULL);
-        if (!file) die(EXIT_USAGE, "cannot read --kernels %s: %s", o->kernels_path, strerror(errno));
-        src = file, name = o->kernels_path;
-    }
+    struct arm arm;
+    char *file;
+    arm_from_opts(&arm, o, &file);
     struct code_obj co;
     memset(&co, 0, sizeof co);
-    isa_compile(pf, src, name, arch, &co);
-    printf("%s for %s: code object %zu bytes, sha256 %s\n", name, arch, co.size, co.sha);
+    isa_compile(pf, &arm, arch, &co);
+    printf("%s%s%s for %s: code object %zu bytes, sha256 %s\n", arm.src_name, *arm.options ? " " : "", arm.options,
+           arch, co.size, co.sha);
     char why[1024];
     int status = ISA_LISTED;
     const struct isa_list *l = isa_listing(pf, co.bin_path, why, sizeof why, &status);
@@ -6648,6 +6752,7 @@ static int cmd_isa(const struct opts *o)
     }
     free(file);
     free(co.data);
+    arm_free(&arm);
     return pass ? EXIT_PASS : EXIT_GATE;
 }
 
@@ -6744,7 +6849,8 @@ static const char USAGE[] =
     "  --rtol X --atol Y  allclose tolerances (defaults: f32 1e-4, f16/bf16 1e-2; attention\n"
     "                   gradients: see README); looser than the default needs --why \"reason\"\n"
     "  --why TEXT       the reason for a looser tolerance, printed in the report\n"
-    "  --inject KIND    plant a fault in the candidate's output: tile, tail, nan, bias, drop,\n"
+    "  --inject KIND    plant a fault in the candidate's output (compare: the candidate arm's;\n"
+    "                   noise: the first arm's): tile, tail, nan, bias, drop,\n"
     "                   row, unwritten, outside, group, mask, race; low precision: scale, quant,\n"
     "                   precision; the gate meant for it must fail\n"
     "  --trades-precision TEXT  low precision: waive the 3 dB baseline rule, for this reason\n"

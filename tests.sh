@@ -781,7 +781,7 @@ has "$L" '"role":"reference".*"aa_ratio":[0-9.]+' "the reference's line holds th
 ls "$L.objects/"*.txt >/dev/null 2>&1 && has "$(ls "$L.objects/"*.txt | head -1)" "^options: " "compile options and log kept beside the ledger" || bad "no $L.objects/*.txt"
 expect 0 "compare v2 reuses the band from the ledger" $K compare $G --variant v2 -D GEMM_BM=48 --rounds 3
 has "$tmp/out" "band \+-[0-9.]+% \(ledger line 1\)" "the second compare reuses the band of ledger line 1"
-has "$tmp/out" "^gemm bf16 NT 48x40x56 +- +cached +verdict reused from ledger line 1" "the reference's verdict is reused (cached) when its code object is unchanged"
+has "$tmp/out" "^gemm bf16 NT 48x40x56 +- +cached +gates' verdict reused from ledger line 1" "the reference's verdict is reused (cached) when its code object is unchanged"
 expect 0 "compare v3 (diagnostic)" $K compare $G --variant v3 -D GEMM_BM=80 --diagnostic --rounds 2
 has "$tmp/out" "diagnostic: not deliverable" "a diagnostic variant is marked not deliverable"
 has "$L" '"arm":"v3".*"deliverable":false' "the ledger marks the diagnostic variant"
@@ -791,14 +791,24 @@ has "$tmp/err" "budget spent: 3 of 3 candidate code objects are measured in .*'v
 has "$tmp/err" "of the reference's time, (faster by|at parity|slower: a remaining gap of)" "the refusal says the checkpoint's standing and gap"
 n0=$(lines "$L")
 expect 0 "a re-run of a measured code object costs nothing" $K compare $G --variant v2-again -D GEMM_BM=48 --rounds 2
-has "$tmp/out" "^gemm bf16 NT 48x40x56 +- +cached +verdict reused from ledger line [0-9]+" "the re-run reuses the candidate's verdict (cached)"
+has "$tmp/out" "^gemm bf16 NT 48x40x56 +- +cached +gates' verdict reused from ledger line [0-9]+" "the re-run reuses the candidate's verdict (cached)"
 tail -1 "$L" | grep -q '"arm":"v2-again".*"verdict":"cached"' && ok "the ledger says cached" || bad "last line: $(tail -1 "$L" | head -c 300)"
 expect 0 "--budget 4 admits the fourth" $K compare $G --variant v4 -D GEMM_BM=96 --rounds 2 --budget 4
 expect 0 "a new seed re-runs the gates" $K compare $G --variant v1 -D GEMM_BM=32 --rounds 2 --seed 7
 grep -q "cached" "$tmp/out" && bad "a new seed must not reuse a verdict" || ok "a new seed is gated afresh"
-expect 1 "a planted fault fails both arms: no ratio, no time" $K compare $G --variant v1 -D GEMM_BM=32 --rounds 2 --inject tile
+expect 1 "a planted fault in the candidate: no ratio, no time" $K compare $G --variant v1 -D GEMM_BM=32 --rounds 2 --inject tile
 grep -q "^compare:" "$tmp/out" && bad "a failed compare printed a ratio" || ok "a failed compare prints no ratio"
-tail -1 "$L" | grep -q '"verdict":"fail","median_us":null' && ok "the ledger records the failure, without a time" || bad "last line: $(tail -1 "$L" | head -c 300)"
+tail -1 "$L" | grep -q '"arm":"v1".*"inject":"tile".*"verdict":"fail","median_us":null' && ok "the ledger records the candidate's failure, without a time" || bad "last line: $(tail -1 "$L" | head -c 300)"
+tail -2 "$L" | head -1 | grep -q '"arm":"reference".*"verdict":"pass"' && ok "the reference, which had no fault, is recorded as passing" || bad "reference line: $(tail -2 "$L" | head -1 | head -c 300)"
+expect 0 "a planted-fault run is never reused as a verdict" $K compare $G --variant v1 -D GEMM_BM=32 --rounds 2
+expect 0 "other conditions (a looser tolerance) are gated afresh" $K compare $G --variant v1 -D GEMM_BM=32 --rounds 2 --rtol 0.5 --why "a test"
+grep -q "cached" "$tmp/out" && bad "a verdict was reused under other conditions" || ok "no verdict is reused under other conditions"
+cp "$L" "$tmp/t.ledger" && sed -i '5s/"verdict":"pass"/"verdict":"fail"/' "$tmp/t.ledger"
+expect 2 "a ledger that does not verify is never trusted" $K compare gemm --device cpu --shape 48x40x56 --ledger "$tmp/t.ledger" --variant v1 -D GEMM_BM=32 --rounds 2
+one_line "an edited ledger"
+has "$tmp/err" "does not verify at line 5" "the run names the line that breaks the chain"
+printf '{"foo":1}\n' >"$tmp/u.ledger"
+expect 2 "a file that is no ledger" $K gemm --device cpu --shape 8x8x8 --ledger "$tmp/u.ledger"
 expect 0 "kgate ledger: the table" $K ledger --ledger "$L"
 has "$tmp/out" "^ +2 .* v1 +candidate +[0-9a-f]{12} pass .* [0-9.]+ +[0-9.]+ (faster|parity|slower) +1/3$" "the table has the ratio, band, verdict and budget count"
 expect 0 "kgate ledger best" $K ledger best --ledger "$L"
@@ -827,11 +837,14 @@ has "$tmp/out" "line 3: its seq is out of order" "verify names where a line was 
 { sed -n 1p "$L"; sed -n 3p "$L"; sed -n 2p "$L"; sed -n '4,$p' "$L"; } >"$tmp/h.ledger"
 expect 1 "verify: reordered lines" $K ledger verify --ledger "$tmp/h.ledger"
 has "$tmp/out" "line 2: its seq is out of order" "verify names where the order breaks"
+{ cat "$L"; printf '\0\0\0\0garbage\n'; } >"$tmp/z.ledger"
+expect 1 "verify: NUL bytes after the last line" $K ledger verify --ledger "$tmp/z.ledger"
+has "$tmp/out" "holds a NUL byte" "verify names the NUL bytes"
 head -c -20 "$L" >"$tmp/i.ledger"
 expect 1 "verify: a torn last line" $K ledger verify --ledger "$tmp/i.ledger"
 has "$tmp/out" "is torn" "verify names the torn line"
 expect 2 "no append after a torn line" $K gemm --device cpu --shape 8x8x8 --ledger "$tmp/i.ledger"
-has "$tmp/err" "ends in a torn line" "appending to a torn ledger is refused"
+has "$tmp/err" "does not verify at line [0-9]+: it is torn" "appending to a torn ledger is refused"
 
 echo "-- concurrent appends and kill -9 never tear or interleave a line"
 C="$tmp/conc.ledger"
@@ -857,7 +870,9 @@ wait $waiter
         ( while :; do $K noise gemm --device cpu --shape 16x24x8 --rounds 2 --ledger "$C" >/dev/null 2>&1; done ) &
         pids="$pids $!"
     done
-    sleep 3
+    n0=$(wc -l <"$C")   # kill them once appends are landing (up to 60 s on a loaded machine)
+    for i in $(seq 120); do [ "$(wc -l <"$C")" -gt "$n0" ] && break; sleep 0.5; done
+    sleep 1
     kill -9 $pids
     pkill -9 -f -- "--ledger $C"
     wait
