@@ -4282,7 +4282,7 @@ static void report_arms(struct run *r, struct arm_case *ac, int narms, const str
                    ac[a].arm->diagnostic ? " (diagnostic: not deliverable)" : "");
         if (ac[a].cached)
             printf("%-*s %-3s %-7s gates' verdict reused from ledger line %ld (same code object, case, seed, device "
-                   "and conditions)%s\n", LABEL_W, r->c->label, "-", ac[a].gates_pass ? "cached" : "FAIL", ac[a].cached,
+                   "and conditions)%s\n", LABEL_W, r->c->label, "-", ac[a].gated || ac[a].gates_pass ? "cached" : "FAIL", ac[a].cached,
                    ac[a].gated ? "; gated again after timing:" : "");
         for (int k = 0; k < r->nout; k++) {
             if (ac[a].gated) print_row(r, k, ac[a].res);
@@ -5290,6 +5290,7 @@ static int run_arms(const struct kcase *c, struct device *d, const struct opts *
     } else if (pass) {
         arm_use(d, ac[0].arm);
         pass = ac[0].pass = time_case(&r, ac[0].res, have_refs, idx, total, progress);
+        if (!pass) ac[0].gates_pass = 0;   /* the re-check after timing failed */
         for (int k = 0; k < r.nout && pass; k++)
             if (ac[0].res[k].timed) ac[0].total_us += ac[0].res[k].t.median_us;
     }
