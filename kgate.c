@@ -4309,10 +4309,12 @@ static void report_arms(struct run *r, struct arm_case *ac, int narms, const str
  *   {"seq":N,"prev":"<sha256 of line N-1>",<fields>,"line_sha256":"<sha256>"}
  * where line_sha256 hashes the line's text before ',"line_sha256"', and the
  * first line's prev is 64 zeros; `kgate ledger verify` finds any edited,
- * removed, reordered or torn line.  An append takes an exclusive flock,
- * reads the last line, and writes the new line with one write() on an
- * O_APPEND descriptor, then fsyncs: concurrent runs never interleave, and a
- * process killed at any point leaves whole lines only. */
+ * removed, reordered or torn line.  kgate trusts no verdict of a ledger
+ * whose chain does not verify.  An append takes an exclusive flock,
+ * re-reads and verifies the ledger, re-checks the budget, and writes the
+ * new line with one write() on an O_APPEND descriptor, then fsyncs:
+ * concurrent runs never interleave, and a process killed at any point
+ * leaves whole lines only. */
 
 #define LEDGER_DEFAULT "kgate.ledger"
 #define BUDGET_DEFAULT 3
