@@ -3600,7 +3600,8 @@ struct timing {
 #define TIMER_MIN_SAMPLES_GPU 20
 #define TIMER_MIN_SAMPLES_CPU 3
 #define TIMER_RSE_GPU 0.002       /* stop once the median is known to 0.2%... */
-#define TIMER_RSE_CPU 0.01
+#define TIMER_RSE_CPU 0.01        /* (CPU: or once 0.25 s of candidate time is sampled) */
+#define TIMER_CPU_ENOUGH_MS 250.0
 #define TIMER_CAP_S 3.0           /* ...or this much wall time has passed (n >= 3; CPU n >= 1) */
 #define TIMER_HARD_CAP_S 20.0     /* ...or this much, whatever n */
 #define TIMER_WARMUP_S 0.05       /* GPU warm-up by time, before the first sample */
@@ -3725,14 +3726,18 @@ static void timing_summary(const struct device *d, const struct samples *s, stru
 }
 
 /* Whether every arm's median is known well enough to stop: at least the
- * minimum samples and an RSE of the median at most the target.  Throttled
- * samples count here: the SM clock is read back only after sampling. */
+ * minimum samples and an RSE of the median at most the target (on the CPU,
+ * also enough once 0.25 s of candidate time is sampled).  Throttled samples
+ * count here: the SM clock is read back only after sampling. */
 static int timer_converged(const struct device *d, struct samples *s, int narms)
 {
     static double tmp[TIMER_MAX_SAMPLES];
     int gpu = d->kind == DEV_GPU;
     for (int a = 0; a < narms; a++) {
         if (s[a].n < (gpu ? TIMER_MIN_SAMPLES_GPU : TIMER_MIN_SAMPLES_CPU)) return 0;
+        double sum_ms = 0;
+        for (int i = 0; i < s[a].n; i++) sum_ms += s[a].ms[i];
+        if (!gpu && sum_ms >= TIMER_CPU_ENOUGH_MS) continue;   /* the CPU candidate's time is not the point */
         memcpy(tmp, s[a].ms, (size_t)s[a].n * sizeof *tmp);
         qsort(tmp, (size_t)s[a].n, sizeof *tmp, cmp_double);
         if (median_rse(tmp, s[a].n) > (gpu ? TIMER_RSE_GPU : TIMER_RSE_CPU)) return 0;
