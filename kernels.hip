@@ -1142,9 +1142,9 @@ KG_QGEMM_ENTRIES(bf16, kg_bf16)
 
 // ===== Clock probe =====
 //
-// kg_clock(out), one block of one thread: spins for KG_CLOCK_NS nanoseconds of
-// wall time and writes the SM cycles counted meanwhile to out[0] and the
-// nanoseconds to out[1].  kgate's timer launches it after each sample, outside
+// kg_clock(out), launched as one block of 32 threads: thread 0 spins for
+// KG_CLOCK_NS nanoseconds of wall time and writes the SM cycles counted
+// meanwhile to out[0] and the nanoseconds to out[1].  kgate's timer launches it after each sample, outside
 // the timed window, and flags a sample whose SM clock (out[0]/out[1] GHz) is
 // below 75% of the device's clock as throttled (nvbench's rule).  NVIDIA:
 // %globaltimer and clock64().  AMD: s_memrealtime (100 MHz on gfx9) and
