@@ -210,7 +210,6 @@ static char *read_file(const char *path, size_t *len)
 {
     FILE *f = fopen(path, "rb");
     if (!f) return NULL;
-    flock(fileno(f), LOCK_SH);   /* a ledger is read whole, between appends */
     size_t cap = 1 << 16, n = 0;
     char *buf = xmalloc(cap + 1);
     size_t got;
@@ -1274,6 +1273,16 @@ static enum qfmt q_format(const struct kcase *c)
     return c->qfmt == Q_E4M3 ? Q_E4M3_FNUZ : c->qfmt == Q_E5M2 ? Q_E5M2_FNUZ : c->qfmt;
 }
 
+/* A two-valued option: 0 if val is a, 1 if it is b; else exit 2 with
+ * "WHERE: KEY VAL: expected" (c->where names the case). */
+static int one_of2(const struct kcase *c, const char *key, const char *val, const char *a, const char *b,
+                   const char *expected)
+{
+    if (strcmp(val, a) == 0) return 0;
+    if (strcmp(val, b) == 0) return 1;
+    die(EXIT_USAGE, "%s: %s %s: %s", c->where, key, val, expected);
+}
+
 /* Options of the low-precision path (--dtype with one of Q_NAMES,
  * --scaling, --mx-rule, --out, --fp8); returns as op->set does, -1 for a
  * key (or a plain --dtype) it leaves to the caller. */
@@ -1298,21 +1307,18 @@ static int q_set(struct kcase *c, const char *key, const char *val)
         return 1;
     }
     if (strcmp(key, "--mx-rule") == 0) {
-        if (strcmp(val, "spec") != 0 && strcmp(val, "up") != 0)
-            die(EXIT_USAGE, "%s: --mx-rule %s: expected spec or up", c->where, val);
-        c->qrule = val[0] == 's' ? QR_MX_SPEC : QR_MX_UP, c->q_given |= Q_GIVEN_RULE;
+        c->qrule = one_of2(c, key, val, "spec", "up", "expected spec or up") ? QR_MX_UP : QR_MX_SPEC;
+        c->q_given |= Q_GIVEN_RULE;
         return 1;
     }
     if (strcmp(key, "--out") == 0) {
-        if (strcmp(val, "bf16") != 0 && strcmp(val, "f32") != 0)
-            die(EXIT_USAGE, "%s: --out %s: a low-precision GEMM writes bf16 or f32", c->where, val);
-        c->dt = val[0] == 'b' ? DT_BF16 : DT_F32, c->q_given |= Q_GIVEN_OUT;
+        c->dt = one_of2(c, key, val, "bf16", "f32", "a low-precision GEMM writes bf16 or f32") ? DT_F32 : DT_BF16;
+        c->q_given |= Q_GIVEN_OUT;
         return 1;
     }
     if (strcmp(key, "--fp8") == 0) {
-        if (strcmp(val, "ocp") != 0 && strcmp(val, "fnuz") != 0)
-            die(EXIT_USAGE, "%s: --fp8 %s: expected ocp or fnuz", c->where, val);
-        c->enc = val[0] == 'o' ? ENC_OCP : ENC_FNUZ, c->q_given |= Q_GIVEN_ENC;
+        c->enc = one_of2(c, key, val, "ocp", "fnuz", "expected ocp or fnuz") ? ENC_FNUZ : ENC_OCP;
+        c->q_given |= Q_GIVEN_ENC;
         return 1;
     }
     return -1;
@@ -1562,6 +1568,8 @@ static int define_ok(const char *d)
     return 1;
 }
 
+static int isa_class(const char *name);
+
 /* The porting options (--variant, -D, --diagnostic, --ledger, --budget,
  * --expect, --rounds); `val` is the next argument.  Returns the arguments
  * used, 0 if `key` is none of them; exit 2 on a bad value. */
@@ -1595,8 +1603,7 @@ static int parse_variant_opt(struct opts *o, const char *key, const char *val)
         return 2;
     }
     if (strcmp(key, "--expect") == 0) {
-        if (strcmp(val, "wgmma") && strcmp(val, "mma") && strcmp(val, "mfma") && strcmp(val, "wmma"))
-            die(EXIT_USAGE, "--expect %s: expected wgmma, mma, mfma or wmma", val);
+        if (isa_class(val) < 0) die(EXIT_USAGE, "--expect %s: expected wgmma, mma, mfma or wmma", val);
         o->expect = val;
         return 2;
     }
@@ -4221,20 +4228,22 @@ static void json_case(FILE *f, const struct run *r, const struct arm_case *ac)
     fprintf(f, "}");
 }
 
-/* The rounds of a compare or noise as JSON fields (trailing comma). */
-static void json_rounds(FILE *f, const struct rounds *rd)
+/* The rounds of a compare or noise as JSON fields (trailing comma): for
+ * arm a's ledger line, the A/A ratios on the reference's (a = 0) and the
+ * ratio and verdict on the candidate's; for a < 0, both.  The band always. */
+static void json_rounds(FILE *f, const struct rounds *rd, int a)
 {
     fprintf(f, "\"rounds\":%d,", rd->n);
-    if (rd->cand >= 0) {
+    if (rd->copy >= 0 && a <= 0) {
+        json_num(f, "aa_ratio", rd->aa_med, 1);
+        json_num(f, "aa_lo", rd->aa_lo, 1);
+        json_num(f, "aa_hi", rd->aa_hi, 1);
+    }
+    if (rd->cand >= 0 && (a < 0 || a == rd->cand)) {
         json_num(f, "ratio", rd->ratio_med, 1);
         json_num(f, "ratio_lo", rd->ratio_lo, 1);
         json_num(f, "ratio_hi", rd->ratio_hi, 1);
         json_str(f, "compare", rd->verdict ? rd->verdict : "none", 1);
-    }
-    if (rd->copy >= 0) {
-        json_num(f, "aa_ratio", rd->aa_med, 1);
-        json_num(f, "aa_lo", rd->aa_lo, 1);
-        json_num(f, "aa_hi", rd->aa_hi, 1);
     }
     if (rd->band_line > 0) fprintf(f, "\"band_from_line\":%ld,", rd->band_line);
     json_num(f, "band", rd->band >= 0 ? rd->band : NAN, 1);
@@ -4301,7 +4310,7 @@ static void report_arms(struct run *r, struct arm_case *ac, int narms, const str
     if (rd && pass && o->json) {
         printf("{");
         json_str(stdout, "case", r->c->label, 1);
-        json_rounds(stdout, rd);
+        json_rounds(stdout, rd, -1);
         printf("\"arms\":%d}\n", narms);
     }
     fflush(stdout);
@@ -4492,6 +4501,37 @@ static long ledger_walk(const char *text, size_t len, struct ledger *lg, const c
     return 0;
 }
 
+/* The whole content of open file fd into a new string; NULL on a read
+ * error. */
+static char *fd_read_all(int fd, size_t *len)
+{
+    off_t end = lseek(fd, 0, SEEK_END);
+    if (end < 0) return NULL;
+    char *s = xmalloc((size_t)end + 1);
+    size_t got = 0;
+    while (got < (size_t)end) {
+        ssize_t r = pread(fd, s + got, (size_t)end - got, (off_t)got);
+        if (r <= 0) { free(s); return NULL; }
+        got += (size_t)r;
+    }
+    s[got] = 0;
+    *len = got;
+    return s;
+}
+
+/* The whole ledger file at path, read under a shared lock (so never in the
+ * middle of an append); NULL with errno set if it cannot be read. */
+static char *ledger_read(const char *path, size_t *len)
+{
+    int fd = open(path, O_RDONLY);
+    if (fd < 0) return NULL;
+    char *text = flock(fd, LOCK_SH) == 0 ? fd_read_all(fd, len) : NULL;
+    int err = errno;
+    close(fd);
+    errno = err;
+    return text;
+}
+
 /* Read the ledger at lg->path into lg (nothing if the file does not exist
  * yet), every line checked against the chain: exit 2 if it cannot be read
  * or does not verify, for no verdict is taken from a ledger that was
@@ -4499,7 +4539,7 @@ static long ledger_walk(const char *text, size_t len, struct ledger *lg, const c
 static void ledger_load(struct ledger *lg)
 {
     size_t len = 0;
-    char *text = read_file(lg->path, &len);
+    char *text = ledger_read(lg->path, &len);
     if (!text && errno == ENOENT) return;
     if (!text) die(EXIT_USAGE, "cannot read the ledger %s: %s", lg->path, strerror(errno));
     const char *why = NULL;
@@ -4631,24 +4671,6 @@ static double ledger_band(const struct ledger *lg, const struct kcase *c, const 
 }
 
 
-/* The whole content of open file fd into a new string; NULL on a read
- * error. */
-static char *fd_read_all(int fd, size_t *len)
-{
-    off_t end = lseek(fd, 0, SEEK_END);
-    if (end < 0) return NULL;
-    char *s = xmalloc((size_t)end + 1);
-    size_t got = 0;
-    while (got < (size_t)end) {
-        ssize_t r = pread(fd, s + got, (size_t)end - got, (off_t)got);
-        if (r <= 0) { free(s); return NULL; }
-        got += (size_t)r;
-    }
-    s[got] = 0;
-    *len = got;
-    return s;
-}
-
 /* Append one line with `fields` (JSON members, no braces) for arm a to the
  * ledger, chained to the last line.  Under an exclusive lock it re-reads and
  * verifies the whole ledger (another process may have appended meanwhile),
@@ -4718,27 +4740,6 @@ static void ledger_keep_log(const struct ledger *lg, const struct device *d, con
     free(log);
 }
 
-/* The rounds' fields of arm a's ledger line: the reference (arm 0) holds
- * the A/A ratios when a copy ran, the candidate its ratio and verdict; both
- * the band. */
-static void ledger_rounds(FILE *f, const struct rounds *rd, int a)
-{
-    fprintf(f, "\"rounds\":%d,", rd->n);
-    if (a == 0 && rd->copy >= 0) {
-        json_num(f, "aa_ratio", rd->aa_med, 1);
-        json_num(f, "aa_lo", rd->aa_lo, 1);
-        json_num(f, "aa_hi", rd->aa_hi, 1);
-    }
-    if (a == rd->cand) {
-        json_num(f, "ratio", rd->ratio_med, 1);
-        json_num(f, "ratio_lo", rd->ratio_lo, 1);
-        json_num(f, "ratio_hi", rd->ratio_hi, 1);
-        json_str(f, "compare", rd->verdict ? rd->verdict : "none", 1);
-    }
-    if (rd->band_line > 0) fprintf(f, "\"band_from_line\":%ld,", rd->band_line);
-    json_num(f, "band", rd->band >= 0 ? rd->band : NAN, 1);
-}
-
 /* The ledger fields of arm a of run r (JSON members, no braces): where and
  * when, what ran, under which conditions, the arm's verdict (and its gates'
  * alone, which later runs may reuse: not on a line with a planted fault),
@@ -4773,7 +4774,7 @@ static void ledger_fields(FILE *f, const struct ledger *lg, const struct run *r,
     json_str(f, "verdict", arm_verdict(&ac[a]), 1);
     if (ac[a].gated && !r->o->inject) json_str(f, "gates_verdict", ac[a].gates_pass ? "pass" : "fail", 1);
     json_num(f, "median_us", timed && ac[a].total_us > 0 ? ac[a].total_us : NAN, 1);
-    if (rd && timed) ledger_rounds(f, rd, a);
+    if (rd && timed) json_rounds(f, rd, a);
     int known = 0, used = ledger_candidates(lg, ac[a].arm->code.sha, &known);
     fprintf(f, "\"budget_used\":%d,\"budget\":%d,", used + (ac[a].arm->candidate && !known), lg->budget);
     json_arm_outputs(f, r, &ac[a]);
@@ -5626,7 +5627,7 @@ static int cmd_devices(void)
 static int ledger_verify(const char *path)
 {
     size_t len = 0;
-    char *text = read_file(path, &len);
+    char *text = ledger_read(path, &len);
     if (!text) die(EXIT_USAGE, "cannot read the ledger %s: %s", path, strerror(errno));
     const char *why = NULL;
     char last[65];
@@ -5653,7 +5654,7 @@ static void cell_num(char *buf, size_t n, const char *line, const char *key, con
 static int ledger_table(const char *path)
 {
     size_t len = 0;
-    char *text = read_file(path, &len);
+    char *text = ledger_read(path, &len);
     if (!text) die(EXIT_USAGE, "cannot read the ledger %s: %s", path, strerror(errno));
     const char *why = NULL;
     long lines = 0, bad = ledger_walk(text, len, NULL, &why, &lines, (char[65]){ 0 });
