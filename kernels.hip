@@ -22,6 +22,9 @@
 //   kg_qgemm_{f32,bf16}                GEMM of fp8 / FP4 codes with block scales, C = A B^T
 //   kg_qgrouped_{f32,bf16}             the same, grouped (MoE), ragged rows
 //   kg_clock                           the SM clock, read by the timer between samples
+// sm_90a only (Hopper: wgmma, TMA, mbarrier; optional in a --kernels file):
+//   kg_gemm_sm90_{f16,bf16}            persistent GEMM and grouped GEMM, K-major operands
+//   kg_qgemm_sm90_{e4m3,e5m2}_{bf16,f32}  the same for fp8 with per-tensor or per-row scales
 
 // ===== Prelude: the few names that differ between compilers =====
 
@@ -267,6 +270,493 @@ __device__ static inline void kg_gemm_portable(const typename D::S *X, const typ
 KG_GEMM_ENTRY(kg_gemm_f32, kg_f32)
 KG_GEMM_ENTRY(kg_gemm_f16, kg_f16)
 KG_GEMM_ENTRY(kg_gemm_bf16, kg_bf16)
+
+// ===== GEMM, Hopper path (sm_90a): wgmma fed through an mbarrier ring =====
+//
+// One kernel body serves the fp16/bf16 GEMM and grouped GEMM and the fp8 GEMM
+// and grouped GEMM with per-tensor or per-row scales:
+//   kg_gemm_sm90_{f16,bf16}            C = X·Y as kg_gemm_<dt> and, with G > 0,
+//                                      as kg_grouped_<dt> (ragged rows)
+//   kg_qgemm_sm90_{e4m3,e5m2}_{bf16,f32}  C = (A·B^T) x sa[m] x sb[n] as
+//                                      kg_qgemm_<out> / kg_qgrouped_<out> when
+//                                      the scales have one block along K
+// Operands: inner dimension contiguous in both (sxk = syk = 1): X is [M][K]
+// with row stride sxm, Y^T is [N][K] with row stride syn (group g's at
+// + g*syg), element strides; fp32 accumulation, no atomics, no split over K
+// (deterministic); K = 0 writes zeros (times the scales).
+//   - Persistent grid: gridDim.x blocks (one per SM, at most one per tile)
+//     stride over the `tiles` WG_BM x WG_BN tiles of C: G = 0, tiles_m x
+//     tiles_n in bands of WG_GROUP_M tile rows (neighbouring blocks share
+//     operand panels in L2); G > 0, group after group (offs[G+1], the ragged
+//     rows), banded the same way within a group.  An empty group has no tile.
+//   - Warp specialisation: 3 warpgroups of 128 threads.  Warpgroup 0
+//     produces: it fills a ring of WG_STAGES shared-memory stages, each the
+//     WG_BM x 128-byte slice of X and the WG_BN x 128-byte slice of Y^T (64
+//     fp16/bf16 or 128 fp8 elements of K).  Warpgroups 1 and 2 consume: each
+//     owns 64 rows of the tile and issues four wgmma m64nWG_BNk(32 bytes) per
+//     stage (A and B from shared memory), then frees the stage.  setmaxnreg
+//     moves registers from the producer to the consumers.
+//   - Stages are in the layout that TMA's 128-byte swizzle writes: rows of
+//     128 bytes, the 16-byte chunk c of row r at chunk c ^ (r % 8).  Two
+//     producers fill it (`use_tma`, a kernel argument):
+//       TMA (cp.async.bulk.tensor with the tensor maps ta, tb): global row
+//         strides and base addresses aligned to 16 bytes; X as one [rows][K]
+//         tensor, Y as [G x N][K]; out-of-range elements are zero-filled;
+//         rows of a box past a group's end belong to output rows (columns)
+//         that are never stored;
+//       loads (any stride, e.g. K = 4093 in bf16): each producer warp copies
+//         rows, one 4-byte word per lane, element by element with predicates;
+//         rows past the group's end (N) and k >= K are zero.  Then
+//         fence.proxy.async, so that wgmma sees the stores.
+//   - mbarriers: full[s] completes when stage s is filled (TMA: one
+//     arrive.expect_tx and the copy's bytes; loads: 128 arrivals), empty[s]
+//     when the 8 consumer warps are done reading it.
+
+#if defined(KG_CUDA) && defined(__CUDA_ARCH_FEAT_SM90_ALL) && !defined(KG_PORTABLE)
+#define KG_SM90 1
+#endif
+
+#ifndef WG_BN
+#define WG_BN 256                           // 128 or 256: the wgmma N
+#endif
+#ifndef WG_STAGES
+#define WG_STAGES 4
+#endif
+#ifndef WG_GROUP_M
+#define WG_GROUP_M 8
+#endif
+#ifndef WG_INFLIGHT
+#define WG_INFLIGHT 1                       // wgmma groups left in flight when a stage is freed: 0 or 1
+#endif
+#ifndef WG_PREFETCH
+#define WG_PREFETCH 0                       // loads producer: k-blocks ahead prefetched to L2 (0: none)
+#endif
+#ifndef WG_NO_TMA
+#define WG_NO_TMA 0                         // 1: the loads producer even where TMA could load (a diagnostic)
+#endif
+#ifndef WG_LDG_ROWS
+#define WG_LDG_ROWS 32                      // loads producer: rows per warp loaded before any is stored (16-bit)
+#endif
+#define WG_BM 128                           // two consumer warpgroups x 64 rows
+#define WG_ROW 128                          // bytes of K per stage row: one 128-byte swizzle row
+#define WG_THREADS 384
+#define WG_A_BYTES (WG_BM * WG_ROW)
+#define WG_STAGE_BYTES ((WG_BM + WG_BN) * WG_ROW)
+// Dynamic shared memory: the stages, 1 KiB to align them to the swizzle
+// pattern, and the 2 x WG_STAGES mbarriers.
+#define WG_SMEM (WG_STAGES * WG_STAGE_BYTES + 1024 + 16 * WG_STAGES)
+#if WG_BN != 128 && WG_BN != 256
+#error "WG_BN must be 128 or 256"
+#endif
+
+#if defined(KG_SM90)
+// kgate reads these after loading: nonzero smem = this build has the sm_90a
+// GEMMs, launched with that many bytes of dynamic shared memory.
+extern "C" __device__ int kg_gemm_sm90_smem = WG_SMEM;
+extern "C" __device__ int kg_gemm_sm90_tile_m = WG_BM;
+extern "C" __device__ int kg_gemm_sm90_tile_n = WG_BN;
+
+// A TMA descriptor (CUtensorMap): 128 opaque bytes built on the host.
+struct __align__(64) kg_tmap { unsigned long long v[16]; };
+
+__device__ static inline unsigned kg_smem_addr(const void *p) {
+    unsigned a;
+    asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(p));
+    return a;
+}
+__device__ static inline void kg_bar_init(unsigned bar, unsigned count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
+}
+// Wait until the phase of parity `parity` of barrier `bar` has completed.
+__device__ static inline void kg_bar_wait(unsigned bar, unsigned parity) {
+    unsigned done;
+    do {
+        asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; "
+                     "selp.u32 %0, 1, 0, p; }"
+                     : "=r"(done) : "r"(bar), "r"(parity) : "memory");
+    } while (!done);
+}
+__device__ static inline void kg_bar_arrive(unsigned bar) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
+}
+__device__ static inline void kg_bar_expect(unsigned bar, unsigned bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
+}
+// TMA: the box at (c0 = k, c1 = row) of map m into shared memory at dst,
+// completing `bar`'s transaction bytes.
+__device__ static inline void kg_tma_load(unsigned dst, const kg_tmap *m, int c0, int c1, unsigned bar) {
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes "
+                 "[%0], [%1, {%2, %3}], [%4];"
+                 ::"r"(dst), "l"((unsigned long long)m), "r"(c0), "r"(c1), "r"(bar) : "memory");
+}
+// wgmma shared-memory descriptor of a K-major operand in 128-byte swizzle:
+// start address >> 4, leading offset 1 (unused when swizzled), stride 1024 B
+// between 8-row groups, swizzle mode 1 (128 B).
+__device__ static inline unsigned long long kg_wg_desc(unsigned saddr) {
+    return (unsigned long long)((saddr & 0x3ffffu) >> 4) | (1ull << 16) | (64ull << 32) | (1ull << 62);
+}
+__device__ static inline void kg_wg_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
+__device__ static inline void kg_wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
+template <int N>
+__device__ static inline void kg_wg_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory"); }
+// Tell the compiler the accumulators changed (after a wait) so that no read
+// of them moves above it.
+template <int N>
+__device__ static inline void kg_wg_touch(float *d) {
+#pragma unroll
+    for (int i = 0; i < N; i++) asm volatile("" : "+f"(d[i])::"memory");
+}
+// A consumer warp is done reading a stage: one arrival per warp on its
+// empty barrier.
+__device__ static inline void kg_wg_release(unsigned empty, int lane) {
+    __syncwarp();
+    if (lane == 0) kg_bar_arrive(empty);
+}
+
+// The 32, 64 or 128 accumulator operands of one wgmma (N = 64, 128 or 256, fp32).
+#define KG_WG_D32                                                                     \
+    "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"                          \
+    "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31"
+#define KG_WG_D64                                                                     \
+    KG_WG_D32 ",%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,"                \
+    "%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63"
+#define KG_WG_D128                                                                    \
+    KG_WG_D64 ",%64,%65,%66,%67,%68,%69,%70,%71,%72,%73,%74,%75,%76,%77,%78,%79,"     \
+    "%80,%81,%82,%83,%84,%85,%86,%87,%88,%89,%90,%91,%92,%93,%94,%95,"                \
+    "%96,%97,%98,%99,%100,%101,%102,%103,%104,%105,%106,%107,%108,%109,%110,%111,"    \
+    "%112,%113,%114,%115,%116,%117,%118,%119,%120,%121,%122,%123,%124,%125,%126,%127"
+#define KG_WG_F8(d, i) "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), \
+                       "+f"(d[i + 4]), "+f"(d[i + 5]), "+f"(d[i + 6]), "+f"(d[i + 7])
+#define KG_WG_F32(d) KG_WG_F8(d, 0), KG_WG_F8(d, 8), KG_WG_F8(d, 16), KG_WG_F8(d, 24)
+#define KG_WG_F64(d) KG_WG_F32(d), KG_WG_F8(d, 32), KG_WG_F8(d, 40), KG_WG_F8(d, 48), KG_WG_F8(d, 56)
+#define KG_WG_F128(d) KG_WG_F64(d), KG_WG_F8(d, 64), KG_WG_F8(d, 72), KG_WG_F8(d, 80), KG_WG_F8(d, 88), \
+                      KG_WG_F8(d, 96), KG_WG_F8(d, 104), KG_WG_F8(d, 112), KG_WG_F8(d, 120)
+
+// d = (acc ? d : 0) + A·B for one 32-byte K step (k16 for fp16/bf16, k32 for
+// fp8), A and B K-major in shared memory (a, b are their descriptors).  fp8
+// wgmma takes no transpose operands.
+#define KG_WG_MMA(fname, N, KK, T, TAIL, DLIST, DOPS, IA, IB, IS)                                  \
+    __device__ static inline void fname(float *d, unsigned long long a, unsigned long long b,     \
+                                        int acc) {                                                 \
+        asm volatile("{ .reg .pred p; setp.ne.b32 p, %" IS ", 0;\n"                                \
+                     "wgmma.mma_async.sync.aligned.m64n" #N "k" #KK ".f32." T "." T " {" DLIST    \
+                     "}, %" IA ", %" IB ", p, 1, 1" TAIL "; }"                                     \
+                     : DOPS : "l"(a), "l"(b), "r"(acc));                                          \
+    }
+KG_WG_MMA(kg_wgmma_n256_bf16, 256, 16, "bf16", ", 0, 0", KG_WG_D128, KG_WG_F128(d), "128", "129", "130")
+KG_WG_MMA(kg_wgmma_n256_f16, 256, 16, "f16", ", 0, 0", KG_WG_D128, KG_WG_F128(d), "128", "129", "130")
+KG_WG_MMA(kg_wgmma_n128_bf16, 128, 16, "bf16", ", 0, 0", KG_WG_D64, KG_WG_F64(d), "64", "65", "66")
+KG_WG_MMA(kg_wgmma_n128_f16, 128, 16, "f16", ", 0, 0", KG_WG_D64, KG_WG_F64(d), "64", "65", "66")
+KG_WG_MMA(kg_wgmma_n128_e4m3, 128, 32, "e4m3", "", KG_WG_D64, KG_WG_F64(d), "64", "65", "66")
+KG_WG_MMA(kg_wgmma_n128_e5m2, 128, 32, "e5m2", "", KG_WG_D64, KG_WG_F64(d), "64", "65", "66")
+KG_WG_MMA(kg_wgmma_n64_e4m3, 64, 32, "e4m3", "", KG_WG_D32, KG_WG_F32(d), "32", "33", "34")
+KG_WG_MMA(kg_wgmma_n64_e5m2, 64, 32, "e5m2", "", KG_WG_D32, KG_WG_F32(d), "32", "33", "34")
+
+// Input types.  fp16/bf16: EB = 2-byte elements, one wgmma m64nWG_BNk16 per
+// 32 bytes of K into the fp32 accumulators.  fp8: EB = 1, and since the fp8
+// tensor-core accumulation is narrower than fp32 (about 2^-11 relative at K
+// = 1000 in the e4m3 row -> f32 case of shapes.txt, caught by the baseline
+// gate), each stage's 128 k are accumulated in a partial of WG_BN/2 columns
+// (wgmma m64n(WG_BN/2)k32, two halves) and added to the fp32 accumulators
+// (DeepGEMM's promotion).  PRODUCER / CONSUMER: the setmaxnreg split; the
+// block holds 168 x 384 registers (__launch_bounds__(384, 1)), and a split
+// that asks for more makes setmaxnreg.inc wait forever.
+#define KG_WG_IN16(name, t)                                                                        \
+    struct name {                                                                                  \
+        static const int EB = 2, PROMOTE = 0, PRODUCER = 120, CONSUMER = 192;                      \
+        __device__ static void mma(float *d, unsigned long long a, unsigned long long b, int acc) { \
+            if (WG_BN == 256) kg_wgmma_n256_##t(d, a, b, acc); else kg_wgmma_n128_##t(d, a, b, acc); \
+        }                                                                                          \
+    };
+#define KG_WG_IN8(name, t)                                                                         \
+    struct name {                                                                                  \
+        static const int EB = 1, PROMOTE = 1, PRODUCER = 72, CONSUMER = 216;                       \
+        __device__ static void mma(float *d, unsigned long long a, unsigned long long b, int acc) { \
+            if (WG_BN == 256) kg_wgmma_n128_##t(d, a, b, acc); else kg_wgmma_n64_##t(d, a, b, acc); \
+        }                                                                                          \
+    };
+KG_WG_IN16(kg_wg_bf16, bf16)
+KG_WG_IN16(kg_wg_f16, f16)
+KG_WG_IN8(kg_wg_e4m3, e4m3)
+KG_WG_IN8(kg_wg_e5m2, e5m2)
+
+// Output types: store the values v0, v1 of columns n, n+1 at p and p + scn
+// (only v0 when the pair is cut by N: `two` = 0), rounded to nearest even by
+// the hardware conversions; one store when the pair is contiguous and aligned.
+__device__ static inline void kg_wg_store(float *p, float v0, float v1, int two, kg_i64 scn) {
+    if (two && scn == 1 && ((unsigned long long)p & 7) == 0) {
+        asm volatile("st.global.v2.f32 [%0], {%1, %2};" ::"l"(p), "f"(v0), "f"(v1) : "memory");
+        return;
+    }
+    p[0] = v0;
+    if (two) p[scn] = v1;
+}
+template <int BF>
+__device__ static inline void kg_wg_store16(kg_u16 *p, float v0, float v1, int two, kg_i64 scn) {
+    unsigned w;
+    if (BF) asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(w) : "f"(v1), "f"(v0));
+    else asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(w) : "f"(v1), "f"(v0));
+    if (two && scn == 1 && ((unsigned long long)p & 3) == 0) {
+        *(unsigned *)p = w;
+        return;
+    }
+    p[0] = (kg_u16)w;
+    if (two) p[scn] = (kg_u16)(w >> 16);
+}
+__device__ static inline void kg_wg_store(kg_u16 *p, float v0, float v1, int two, kg_i64 scn, kg_bf16) {
+    kg_wg_store16<1>(p, v0, v1, two, scn);
+}
+__device__ static inline void kg_wg_store(kg_u16 *p, float v0, float v1, int two, kg_i64 scn, kg_f16) {
+    kg_wg_store16<0>(p, v0, v1, two, scn);
+}
+__device__ static inline void kg_wg_store(float *p, float v0, float v1, int two, kg_i64 scn, kg_f32) {
+    kg_wg_store(p, v0, v1, two, scn);
+}
+
+// Row tile tm and column tile tn of the r-th tile of a band ordering of a
+// tiles_m x tiles_n grid: bands of WG_GROUP_M tile rows, column by column.
+__device__ static inline void kg_wg_band(int r, int tiles_m, int tiles_n, int *tm, int *tn) {
+    const int per_band = WG_GROUP_M * tiles_n, band = r / per_band, first = band * WG_GROUP_M;
+    const int rows = tiles_m - first < WG_GROUP_M ? tiles_m - first : WG_GROUP_M, q = r % per_band;
+    *tm = first + q % rows;
+    *tn = q / rows;
+}
+
+// Where tile t lies: its group g, its rows [m0, m_end) of X and C (m_end:
+// the end of the group's rows, or M), its columns from n0.
+struct kg_wg_at { int g, m0, m_end, n0; };
+__device__ static inline kg_wg_at kg_wg_locate(int t, const int *offs, int G, int M, int N) {
+    const int tiles_n = (N + WG_BN - 1) / WG_BN;
+    kg_wg_at at = { 0, 0, M, 0 };
+    int tm = 0, tn = 0;
+    if (G == 0) {
+        kg_wg_band(t, (M + WG_BM - 1) / WG_BM, tiles_n, &tm, &tn);
+    } else {
+        for (int g = 0; g < G; g++) {
+            const int lo = offs[g], hi = offs[g + 1], tiles_m = (hi - lo + WG_BM - 1) / WG_BM;
+            if (t < tiles_m * tiles_n) {
+                kg_wg_band(t, tiles_m, tiles_n, &tm, &tn);
+                at.g = g, at.m0 = lo, at.m_end = hi;
+                break;
+            }
+            t -= tiles_m * tiles_n;
+        }
+    }
+    at.m0 += tm * WG_BM;
+    at.n0 = tn * WG_BN;
+    return at;
+}
+
+// Loads producer: copy rows [row0, row0 + nrows) x bytes [k0, k0 + 128) of
+// K (elements of EB bytes) of the K-major matrix P (row stride ld elements,
+// rows below R exist) into the swizzled tile at shared address `tile`;
+// elements out of range are zero.  Warp w of the producer warpgroup copies
+// rows w, w + 4, ...; lane l the 4-byte word l of the row, element by element
+// (a row of odd length has no alignment to rely on).  U rows per warp are
+// (16-bit; fp8: a quarter as many, 4 loads each) loaded before any is
+// stored, so that many loads are in flight at once.
+// Loads producer: ask L2 for rows [row0, row0 + nrows) x K elements [k0,
+// k0 + 128 / EB) of P (as kg_wg_fill reads them), one row per lane: the
+// first and the last element's lines.
+template <int EB>
+__device__ static inline void kg_wg_prefetch(const unsigned char *P, kg_i64 ld, int R, int K, int row0,
+                                             int nrows, int k0, int warp, int lane) {
+    for (int r = warp * 32 + lane; r < nrows; r += 128) {
+        if (row0 + r >= R || k0 >= K) continue;
+        const unsigned char *p = P + ((kg_i64)(row0 + r) * ld + k0) * EB;
+        const int last = (K - k0 < 128 / EB ? K - k0 : 128 / EB) - 1;
+        asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
+        asm volatile("prefetch.global.L2 [%0];" ::"l"(p + last * EB));
+    }
+}
+
+template <int EB>
+__device__ static inline void kg_wg_fill(unsigned tile, const unsigned char *P, kg_i64 ld, int R, int K,
+                                         int row0, int nrows, int k0, int warp, int lane) {
+    const int E = 4 / EB, U = EB == 2 ? WG_LDG_ROWS : WG_LDG_ROWS / 4, k = k0 + E * lane;
+    for (int r0 = warp; r0 < nrows; r0 += 4 * U) {
+        unsigned v[U][E];
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const int gr = row0 + r0 + 4 * u;
+            const bool in = r0 + 4 * u < nrows && gr < R;
+            const unsigned char *p = P + ((kg_i64)gr * ld + k) * EB;
+#pragma unroll
+            for (int e = 0; e < E; e++)
+                v[u][e] = !(in && k + e < K) ? 0u : EB == 2 ? ((const kg_u16 *)p)[e] : p[e];
+        }
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const unsigned r = (unsigned)(r0 + 4 * u);
+            if ((int)r >= nrows) break;
+            unsigned w = 0;
+#pragma unroll
+            for (int e = 0; e < E; e++) w |= v[u][e] << (8 * EB * e);
+            const unsigned dst = tile + r * 128 + ((((unsigned)lane >> 2) ^ (r & 7)) << 4) + (lane & 3) * 4;
+            asm volatile("st.shared.u32 [%0], %1;" ::"r"(dst), "r"(w));
+        }
+    }
+}
+
+// The body of every sm_90a GEMM entry (see the section comment).  In: input
+// type (kg_wg_*); Out: output type (kg_bf16, kg_f16, kg_f32).  Scales (sa
+// non-null): C(m, n) = acc x (sa[m / gra] x sb[g*sbg + n / grb]).
+template <class In, class Out>
+__device__ static inline void kg_gemm_sm90(const kg_tmap *ta, const kg_tmap *tb, int use_tma,
+                                           const unsigned char *X, const unsigned char *Y,
+                                           typename Out::S *C, const int *offs, int G, int tiles, int M,
+                                           int N, int K, kg_i64 sxm, kg_i64 syn, kg_i64 syg, kg_i64 scm,
+                                           kg_i64 scn, const float *sa, const float *sb, int gra, int grb,
+                                           int sbg) {
+    extern __shared__ unsigned char kg_dsmem[];
+    const unsigned base = (kg_smem_addr(kg_dsmem) + 1023u) & ~1023u;
+    const unsigned bars = base + WG_STAGES * WG_STAGE_BYTES;   // full[s], then empty[s]
+    const int tid = (int)kg_tid(), wg = tid / 128, warp = tid / 32 % 4, lane = tid % 32;
+    const int BK = WG_ROW / In::EB, nk = (K + BK - 1) / BK;
+    use_tma = use_tma && !WG_NO_TMA;
+    if (tid == 0) {
+        for (int s = 0; s < WG_STAGES; s++) {
+            kg_bar_init(bars + 8 * s, use_tma ? 1 : 128);
+            kg_bar_init(bars + 8 * (WG_STAGES + s), 8);
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    kg_sync();
+
+    if (wg == 0) {   // producer
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(In::PRODUCER));
+        if (use_tma && tid != 0) return;
+        int s = 0;
+        unsigned phase = 0;
+        for (int t = (int)kg_bid_x(); t < tiles; t += (int)kg_grid_x()) {
+            const kg_wg_at at = kg_wg_locate(t, offs, G, M, N);
+            for (int kb = 0; kb < nk; kb++) {
+                const unsigned full = bars + 8 * s, empty = bars + 8 * (WG_STAGES + s);
+                const unsigned sx = base + s * WG_STAGE_BYTES, sy = sx + WG_A_BYTES;
+                kg_bar_wait(empty, phase ^ 1);
+                if (use_tma) {
+                    kg_bar_expect(full, WG_STAGE_BYTES);
+                    kg_tma_load(sx, ta, kb * BK, at.m0, full);
+                    kg_tma_load(sy, tb, kb * BK, at.g * N + at.n0, full);
+                } else {
+                    if (WG_PREFETCH && kb + WG_PREFETCH < nk) {
+                        const int kp = (kb + WG_PREFETCH) * BK;
+                        kg_wg_prefetch<In::EB>(X, sxm, at.m_end, K, at.m0, WG_BM, kp, warp, lane);
+                        kg_wg_prefetch<In::EB>(Y + at.g * syg * In::EB, syn, N, K, at.n0, WG_BN, kp, warp, lane);
+                    }
+                    kg_wg_fill<In::EB>(sx, X, sxm, at.m_end, K, at.m0, WG_BM, kb * BK, warp, lane);
+                    kg_wg_fill<In::EB>(sy, Y + at.g * syg * In::EB, syn, N, K, at.n0, WG_BN, kb * BK, warp, lane);
+                    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+                    kg_bar_arrive(full);
+                }
+                if (++s == WG_STAGES) s = 0, phase ^= 1;
+            }
+        }
+        return;
+    }
+
+    // consumers: warpgroup 1 owns tile rows [0, 64), warpgroup 2 rows [64, 128)
+    static_assert(128 * In::PRODUCER + 256 * In::CONSUMER <= 168 * WG_THREADS, "setmaxnreg split too large");
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(In::CONSUMER));
+    const int c = wg - 1;
+    float d[WG_BN / 2], part[In::PROMOTE ? WG_BN / 4 : 1];
+    int s = 0;
+    unsigned phase = 0;
+    for (int t = (int)kg_bid_x(); t < tiles; t += (int)kg_grid_x()) {
+        const kg_wg_at at = kg_wg_locate(t, offs, G, M, N);
+#pragma unroll
+        for (int i = 0; i < WG_BN / 2; i++) d[i] = 0.0f;
+        int prev = -1;   // the stage whose wgmma may still be in flight
+        for (int kb = 0; kb < nk; kb++) {
+            const unsigned sx = base + s * WG_STAGE_BYTES + c * 64 * 128, sy = base + s * WG_STAGE_BYTES + WG_A_BYTES;
+            kg_bar_wait(bars + 8 * s, phase);
+            if (In::PROMOTE) {   // the stage in two column halves, each through `part`
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    kg_wg_fence();
+#pragma unroll
+                    for (int kk = 0; kk < 4; kk++)
+                        In::mma(part, kg_wg_desc(sx + kk * 32), kg_wg_desc(sy + h * (WG_BN / 2) * 128 + kk * 32), kk);
+                    kg_wg_commit();
+                    kg_wg_wait<0>();
+                    kg_wg_touch<In::PROMOTE ? WG_BN / 4 : 1>(part);
+#pragma unroll
+                    for (int i = 0; i < (In::PROMOTE ? WG_BN / 4 : 0); i++) d[h * (WG_BN / 4) + i] += part[i];
+                }
+                kg_wg_release(bars + 8 * (WG_STAGES + s), lane);
+                if (++s == WG_STAGES) s = 0, phase ^= 1;
+                continue;
+            }
+            kg_wg_touch<WG_BN / 2>(d);
+            kg_wg_fence();
+#pragma unroll
+            for (int kk = 0; kk < 4; kk++) In::mma(d, kg_wg_desc(sx + kk * 32), kg_wg_desc(sy + kk * 32), 1);
+            kg_wg_commit();
+            // WG_INFLIGHT = 1: wait for the previous stage's group only, and
+            // free that stage; this one's runs on while the next is waited for.
+            kg_wg_wait<WG_INFLIGHT>();
+            kg_wg_touch<WG_BN / 2>(d);
+            const int done = WG_INFLIGHT ? prev : s;
+            if (done >= 0) kg_wg_release(bars + 8 * (WG_STAGES + done), lane);
+            prev = s;
+            if (++s == WG_STAGES) s = 0, phase ^= 1;
+        }
+        kg_wg_wait<0>();
+        kg_wg_touch<WG_BN / 2>(d);
+        if (WG_INFLIGHT && prev >= 0) kg_wg_release(bars + 8 * (WG_STAGES + prev), lane);
+
+        // The accumulator layout of m64nNk: register 4i + 2h + j of lane l in
+        // warp w holds row 16w + l/4 + 8h, column 8i + 2(l%4) + j.
+        const int m_lo = at.m0 + c * 64 + warp * 16 + lane / 4, n_lo = at.n0 + 2 * (lane % 4);
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const int m = m_lo + 8 * h;
+            if (m >= at.m_end) continue;
+            const float rs = sa ? sa[m / gra] : 1.0f;
+            typename Out::S *row = C + (kg_i64)m * scm;
+#pragma unroll
+            for (int i = 0; i < WG_BN / 8; i++) {
+                const int n = n_lo + 8 * i;
+                if (n >= N) continue;
+                float v0 = d[4 * i + 2 * h], v1 = d[4 * i + 2 * h + 1];
+                if (sa) {
+                    v0 *= rs * sb[at.g * sbg + n / grb];
+                    v1 *= n + 1 < N ? rs * sb[at.g * sbg + (n + 1) / grb] : 0.0f;
+                }
+                kg_wg_store(row + (kg_i64)n * scn, v0, v1, n + 1 < N, scn, Out());
+            }
+        }
+    }
+}
+
+#define KG_GEMM_SM90_ENTRY(name, In, Out)                                                            \
+    KG_ATOMICS(name, 0)                                                                              \
+    extern "C" __global__ void __launch_bounds__(WG_THREADS, 1)                                     \
+    name(const __grid_constant__ kg_tmap ta, const __grid_constant__ kg_tmap tb, int use_tma,        \
+         const Out::S *X, const Out::S *Y, Out::S *C, const int *offs, int G, int tiles, int M,      \
+         int N, int K, kg_i64 sxm, kg_i64 syn, kg_i64 syg, kg_i64 scm, kg_i64 scn)                   \
+    {                                                                                                \
+        kg_gemm_sm90<In, Out>(&ta, &tb, use_tma, (const unsigned char *)X, (const unsigned char *)Y, \
+                              C, offs, G, tiles, M, N, K, sxm, syn, syg, scm, scn, 0, 0, 1, 1, 0);   \
+    }
+#define KG_QGEMM_SM90_ENTRY(name, In, Out)                                                           \
+    KG_ATOMICS(name, 0)                                                                              \
+    extern "C" __global__ void __launch_bounds__(WG_THREADS, 1)                                     \
+    name(const __grid_constant__ kg_tmap ta, const __grid_constant__ kg_tmap tb, int use_tma,        \
+         const unsigned char *A, const unsigned char *B, const float *SA, const float *SB,           \
+         Out::S *C, const int *offs, int G, int tiles, int M, int N, int K, int gra, int grb)        \
+    {                                                                                                \
+        kg_gemm_sm90<In, Out>(&ta, &tb, use_tma, A, B, C, offs, G, tiles, M, N, K, K, K,             \
+                              (kg_i64)N * K, N, 1, SA, SB, gra, grb, (N + grb - 1) / grb);           \
+    }
+
+KG_GEMM_SM90_ENTRY(kg_gemm_sm90_f16, kg_wg_f16, kg_f16)
+KG_GEMM_SM90_ENTRY(kg_gemm_sm90_bf16, kg_wg_bf16, kg_bf16)
+KG_QGEMM_SM90_ENTRY(kg_qgemm_sm90_e4m3_bf16, kg_wg_e4m3, kg_bf16)
+KG_QGEMM_SM90_ENTRY(kg_qgemm_sm90_e4m3_f32, kg_wg_e4m3, kg_f32)
+KG_QGEMM_SM90_ENTRY(kg_qgemm_sm90_e5m2_bf16, kg_wg_e5m2, kg_bf16)
+KG_QGEMM_SM90_ENTRY(kg_qgemm_sm90_e5m2_f32, kg_wg_e5m2, kg_f32)
+#endif // KG_SM90
 
 // ===== Grouped GEMM (MoE), portable path =====
 //

@@ -314,7 +314,12 @@ typedef int kg_res;
       "cuModuleGetGlobal_v2", "hipModuleGetGlobal")                                         \
     X(0, occupancy, kg_res, (int *, void *, int, size_t),                                  \
       "cuOccupancyMaxActiveBlocksPerMultiprocessor",                                        \
-      "hipModuleOccupancyMaxActiveBlocksPerMultiprocessor")
+      "hipModuleOccupancyMaxActiveBlocksPerMultiprocessor")                                 \
+    X(0, func_attr, kg_res, (void *, int, int), "cuFuncSetAttribute", "")                  \
+    X(0, tmap_encode, kg_res,                                                               \
+      (void *, int, unsigned, void *, const uint64_t *, const uint64_t *, const unsigned *, \
+       const unsigned *, int, int, int, int),                                               \
+      "cuTensorMapEncodeTiled", "")
 
 /* The run-time compilers: NVRTC and hiprtc, same shape again. */
 #define RTC_SYMS(X)                                                                         \
@@ -696,7 +701,7 @@ static void dev_sync(struct device *d)
  * function, and whether its source declares that it accumulates with atomics
  * (a device global `int NAME_atomics` that is nonzero; README "Kernel entry
  * points"), so that its repeats are gated instead of compared bit for bit. */
-struct kfn { const char *name; void *fn; int atomics; };
+struct kfn { const char *name; void *fn; int atomics; unsigned smem_max; /* dynamic smem allowed so far */ };
 struct kfns { struct kfn k[MAX_KERNELS]; int n; };
 
 /* The int device global NAME+SUFFIX of the current module, or `dflt` when
@@ -715,7 +720,7 @@ static int module_int(struct device *d, const char *name, const char *suffix, in
 
 /* Kernel `name` of the current arm's module, looked up on first use; exit 5
  * if the code object lacks it. */
-static const struct kfn *kernel_lookup(struct device *d, const char *name)
+static struct kfn *kernel_lookup(struct device *d, const char *name)
 {
     struct kfns *t = d->kfns;
     for (int i = 0; i < t->n; i++)
@@ -736,46 +741,70 @@ static const struct kfn *kernel_lookup(struct device *d, const char *name)
 /* One kernel launch as the report shows it: the grid (its blocks are the
  * tiles), the threads per block, and how many such blocks one SM/CU holds at
  * once by the occupancy API (0 = not known). */
-struct kgeom { const char *name; unsigned grid[3], threads; int per_sm; };
+struct kgeom { const char *name; unsigned grid[3], threads; int per_sm; uint64_t tiles; /* 0: one per block */ };
 
 /* The kernels one output's launch ran, in launch order. */
 struct launch_geom { int n; struct kgeom k[MAX_GEOM]; };
 
-/* Blocks of `threads` threads of kernel k that one SM/CU holds at once, by
- * cuOccupancyMaxActiveBlocksPerMultiprocessor or its HIP module twin, with
- * no dynamic shared memory (gpu_launch passes none); 0 when the runtime
- * lacks the call or it fails. */
-static int kernel_blocks_per_sm(const struct device *d, const struct kfn *k, unsigned threads)
+/* Blocks of `threads` threads of kernel k, each with `smem` bytes of dynamic
+ * shared memory, that one SM/CU holds at once, by
+ * cuOccupancyMaxActiveBlocksPerMultiprocessor or its HIP module twin; 0
+ * when the runtime lacks the call or it fails. */
+static int kernel_blocks_per_sm(const struct device *d, const struct kfn *k, unsigned threads, unsigned smem)
 {
     int n = 0;
-    if (!d->rt.occupancy || d->rt.occupancy(&n, k->fn, (int)threads, 0) != 0) return 0;
+    if (!d->rt.occupancy || d->rt.occupancy(&n, k->fn, (int)threads, smem) != 0) return 0;
     return n > 0 ? n : 0;
 }
 
-/* Note in d->geom, when set, a launch of kernel k on a gx x gy x gz grid of
- * `threads`-thread blocks, with its blocks per SM/CU. */
-static void geom_note(struct device *d, const struct kfn *k, unsigned gx, unsigned gy, unsigned gz,
-                      unsigned threads)
+/* One launch: its grid, block, dynamic shared memory, and the tiles a
+ * persistent grid strides over (0: each block is one tile). */
+struct launch_dims { unsigned grid[3], threads, smem; uint64_t tiles; };
+
+/* Note in d->geom, when set, launch l of kernel k, with its blocks per SM/CU. */
+static void geom_note(struct device *d, const struct kfn *k, const struct launch_dims *l)
 {
     struct launch_geom *g = d->geom;
     if (!g) return;
     if (g->n == MAX_GEOM) die(EXIT_DEVICE, "internal: more than %d kernels in one launch", MAX_GEOM);
-    g->k[g->n++] = (struct kgeom){ k->name, { gx, gy, gz }, threads, kernel_blocks_per_sm(d, k, threads) };
+    g->k[g->n++] = (struct kgeom){ k->name, { l->grid[0], l->grid[1], l->grid[2] }, l->threads,
+                                   kernel_blocks_per_sm(d, k, l->threads, l->smem), l->tiles };
 }
 
-/* Launch kernel `name` (a static string) on a gx x gy x gz grid of blocks of
- * `threads` threads; an empty grid launches nothing.  Notes in
- * d->launched_atomics whether the kernel declares atomics, and in d->geom
- * (when set) the geometry of what it launched. */
+/* Let kernel k take `smem` bytes of dynamic shared memory (the CUDA driver
+ * refuses more than 48 KiB without cuFuncSetAttribute); once per kernel and
+ * size.  Exits 5 when the runtime cannot. */
+static void kernel_allow_smem(struct device *d, struct kfn *k, unsigned smem)
+{
+    if (smem <= 48 * 1024 || smem <= k->smem_max) return;
+    if (!d->rt.func_attr) die(EXIT_DEVICE, "%s needs %u bytes of shared memory and the runtime lacks cuFuncSetAttribute", k->name, smem);
+    kg_res r = d->rt.func_attr(k->fn, 8 /* CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES */, (int)smem);
+    if (r != 0) die(EXIT_DEVICE, "allowing %s %u bytes of shared memory failed: %s (%d)", k->name, smem, gpu_err_name(d, r), r);
+    k->smem_max = smem;
+}
+
+/* Launch kernel `name` (a static string) with the dimensions l; an empty grid
+ * launches nothing.  Notes in d->launched_atomics whether the kernel declares
+ * atomics, and in d->geom (when set) the geometry of what it launched. */
+static void gpu_launch_dims(struct device *d, const char *name, const struct launch_dims *l, void **params)
+{
+    struct kfn *k = kernel_lookup(d, name);
+    d->launched_atomics |= k->atomics;
+    if (!l->grid[0] || !l->grid[1] || !l->grid[2]) return;
+    kernel_allow_smem(d, k, l->smem);
+    kg_res r = d->rt.launch(k->fn, l->grid[0], l->grid[1], l->grid[2], l->threads, 1, 1, l->smem, d->stream,
+                            params, NULL);
+    if (r != 0) die(EXIT_DEVICE, "launching %s failed: %s (%d)", name, gpu_err_name(d, r), r);
+    geom_note(d, k, l);
+}
+
+/* gpu_launch_dims for a gx x gy x gz grid of `threads`-thread blocks, no
+ * dynamic shared memory, one tile per block. */
 static void gpu_launch(struct device *d, const char *name, unsigned gx, unsigned gy, unsigned gz,
                        unsigned threads, void **params)
 {
-    const struct kfn *k = kernel_lookup(d, name);
-    d->launched_atomics |= k->atomics;
-    if (!gx || !gy || !gz) return;
-    kg_res r = d->rt.launch(k->fn, gx, gy, gz, threads, 1, 1, 0, d->stream, params, NULL);
-    if (r != 0) die(EXIT_DEVICE, "launching %s failed: %s (%d)", name, gpu_err_name(d, r), r);
-    geom_note(d, k, gx, gy, gz, threads);
+    struct launch_dims l = { { gx, gy, gz }, threads, 0, 0 };
+    gpu_launch_dims(d, name, &l, params);
 }
 
 /* ===== Compile cache ===== */
@@ -997,6 +1026,8 @@ struct arm {
     void *module;                 /* GPU: the loaded code object */
     struct kfns kfns;
     int tile_m, tile_n;           /* the GEMM tile it publishes (kg_gemm_tile_m/_n; 64 if absent) */
+    int sm90_smem;                /* kg_gemm_sm90_smem: > 0 = it has the sm_90a GEMM, with this much dynamic smem */
+    int sm90_tile_m, sm90_tile_n; /* that GEMM's tile */
 };
 
 /* Add the definition "NAME[=VALUE]" to arm a. */
@@ -1035,6 +1066,7 @@ static void arm_use(struct device *d, struct arm *a)
 static void arm_build(struct device *d, struct arm *a)
 {
     a->tile_m = a->tile_n = 64;
+    a->sm90_smem = 0;
     if (d->kind == DEV_CPU) { arm_hash_cpu(a); return; }
     compile_source(&d->rtc, d->pf, a->src, a->src_name, d->arch, (const char *const *)a->defines,
                    a->ndefines, &a->code);
@@ -1044,6 +1076,12 @@ static void arm_build(struct device *d, struct arm *a)
     a->tile_n = module_int(d, "kg_gemm_tile", "_n", 64);
     if (a->tile_m < 1 || a->tile_n < 1 || a->tile_m > 4096 || a->tile_n > 4096)
         die(EXIT_DEVICE, "%s publishes a GEMM tile of %dx%d", a->src_name, a->tile_m, a->tile_n);
+    a->sm90_smem = module_int(d, "kg_gemm_sm90", "_smem", 0);
+    a->sm90_tile_m = module_int(d, "kg_gemm_sm90", "_tile_m", 0);
+    a->sm90_tile_n = module_int(d, "kg_gemm_sm90", "_tile_n", 0);
+    if (a->sm90_smem && (a->sm90_smem < 0 || a->sm90_tile_m != 128 || a->sm90_tile_n < 1 || a->sm90_tile_n > 256))
+        die(EXIT_DEVICE, "%s publishes an sm_90a GEMM of %d bytes of shared memory and tile %dx%d (want 128 x 1..256)",
+            a->src_name, a->sm90_smem, a->sm90_tile_m, a->sm90_tile_n);
 }
 
 /* Give back what arm_build and arm_define took. */
@@ -2165,8 +2203,10 @@ static void qgemm_prepare(struct run *r)
     q->prods = run_owned(r, sizeof *q->prods);
     q->prods[0] = (struct qprod){ q->op[0].xq, q->op[1].xq, q->op[0].sf, q->op[1].sf, M, N, K, 0,
                                   q->op[0].g.gr, q->op[1].g.gr, q->gk };
+    /* the strides are those of one-byte codes (the sm_90a fp8 path reads them; FP4 never takes it) */
     struct output *o = product_output(r, "C", M, N, (int64_t)N, 1, 1,
-        (struct prod_launch){ .dx = q->op[0].d_codes, .dy = q->op[1].d_codes, .m = M, .n = N, .k = K });
+        (struct prod_launch){ .dx = q->op[0].d_codes, .dy = q->op[1].d_codes, .sxm = (int64_t)K, .sxk = 1,
+                              .syk = 1, .syn = (int64_t)K, .m = M, .n = N, .k = K });
     add_part(o, 0, 0, M, K, q->op[0].master, transpose(r, q->op[1].master, N, K));
     o->parts[0].q = &q->prods[0];
 }
@@ -2186,8 +2226,9 @@ static void qgrouped_prepare(struct run *r)
     const float *bt = transpose_blocks(r, q->op[1].master, G, N, K);   /* canonical [G][K][N] */
     size_t nkb = (K + q->gk - 1) / q->gk, b_blocks = qgrid_nbr(&q->op[1].g) * nkb;
     q->prods = run_owned(r, G * sizeof *q->prods);
-    struct output *o = product_output(r, "C", M, N, (int64_t)N, 1, G,
-        (struct prod_launch){ .dx = q->op[0].d_codes, .dy = q->op[1].d_codes, .m = M, .n = N, .k = K });
+    struct output *o = product_output(r, "C", M, N, (int64_t)N, 1, G,                 /* strides as qgemm's */
+        (struct prod_launch){ .dx = q->op[0].d_codes, .dy = q->op[1].d_codes, .sxm = (int64_t)K, .sxk = 1,
+                              .syk = 1, .syn = (int64_t)K, .syg = (int64_t)(N * K), .m = M, .n = N, .k = K });
     grouped_ragged_rows(r, o, &gs);
     for (size_t g = 0; g < G; g++) {
         q->prods[g] = (struct qprod){ q->op[0].xq + offs[g] * K, q->op[1].xq + g * N * K, q->op[0].sf,
@@ -2345,6 +2386,108 @@ static void grouped_tile_check(const struct device *d)
             "has GEMM_BM = %d", d->arm->name, d->arm->src_name, d->arm->tile_m);
 }
 
+/* A TMA descriptor (CUtensorMap): 128 opaque bytes, 64-byte aligned. */
+struct tmap { _Alignas(64) unsigned char b[128]; };
+
+/* Encode into m the tensor map of a K-major operand of `es`-byte elements
+ * (2: fp16 or bf16 as dt; 1: fp8 codes): `rows` rows of K elements at device
+ * address base, row stride ld elements, read in boxes of 128 bytes x
+ * box_rows with the 128-byte swizzle and zeros out of range.  Returns 0,
+ * encoding nothing, when TMA cannot take the operand (base or row stride not
+ * a multiple of 16 bytes, K = 0); exits 5 when the driver refuses a map it
+ * should take. */
+static int tmap_encode(const struct device *d, struct tmap *m, size_t es, enum dtype dt, uint64_t base,
+                       size_t rows, size_t K, int64_t ld, unsigned box_rows)
+{
+    uint64_t stride = (uint64_t)ld * es;
+    if (!K || !rows || base % 16 || stride % 16 || stride >= (1ull << 40)) return 0;
+    if (!d->rt.tmap_encode) die(EXIT_DEVICE, "the driver lacks cuTensorMapEncodeTiled (sm_90a GEMM)");
+    const uint64_t dims[2] = { K, rows }, strides[1] = { stride };
+    const unsigned box[2] = { (unsigned)(128 / es), box_rows }, step[2] = { 1, 1 };
+    int type = es == 1 ? 0 : dt == DT_BF16 ? 9 : 6;   /* CU_TENSOR_MAP_DATA_TYPE_UINT8 / _BFLOAT16 / _FLOAT16 */
+    kg_res r = d->rt.tmap_encode(m->b, type, 2, (void *)(uintptr_t)base, dims, strides, box, step,
+                                 0 /* no interleave */, 3 /* 128-byte swizzle */, 2 /* L2 promotion 128 B */,
+                                 0 /* zero fill */);
+    if (r != 0) die(EXIT_DEVICE, "cuTensorMapEncodeTiled failed: %s (%d)", gpu_err_name(d, r), r);
+    return 1;
+}
+
+/* The operands, tiles and tensor maps of one sm_90a launch (kernels.hip,
+ * "GEMM, Hopper path"): X rows [0, m) (all groups' rows), Y^T rows [0, G x
+ * n) (ny_rows), K-major, es-byte elements. */
+struct sm90_args {
+    struct tmap ta, tb;
+    int use_tma, G, tiles, M, N, K;
+    struct launch_dims l;
+};
+
+/* Tiles, grid and tensor maps of an sm_90a launch over the product L of
+ * es-byte elements (dt for the tensor map; groups when L is ragged rows):
+ * a persistent grid of one 384-thread block per SM, at most one per tile;
+ * TMA when tmap_encode takes both operands (and Y's groups are N rows
+ * apart), the loads producer otherwise. */
+static void sm90_args(const struct run *r, const struct prod_launch *L, size_t es, enum dtype dt,
+                      struct sm90_args *s)
+{
+    const struct arm *a = r->d->arm;
+    size_t G = L->ragged == RAG_ROWS ? L->groups : 0, tn = tile_count((int)L->n, a->sm90_tile_n), tiles = 0;
+    for (size_t g = 0; g < (G ? G : 1); g++) {
+        size_t rows = G ? L->offs[g + 1] - L->offs[g] : L->m;
+        tiles += tile_count((int)rows, a->sm90_tile_m) * tn;
+    }
+    if (tiles > INT32_MAX) die(EXIT_USAGE, "%s: %zu tiles: too many for one launch", r->c->label, tiles);
+    memset(s, 0, sizeof *s);
+    size_t ny_rows = G ? G * L->n : L->n;
+    s->use_tma = (!G || L->syg == (int64_t)L->n * L->syn) &&
+                 tmap_encode(r->d, &s->ta, es, dt, L->dx, L->m, L->k, L->sxm, (unsigned)a->sm90_tile_m) &&
+                 tmap_encode(r->d, &s->tb, es, dt, L->dy, ny_rows, L->k, L->syn, (unsigned)a->sm90_tile_n);
+    s->G = (int)G, s->tiles = (int)tiles, s->M = (int)L->m, s->N = (int)L->n, s->K = (int)L->k;
+    unsigned sms = r->d->attr[AT_SMS] > 0 ? (unsigned)r->d->attr[AT_SMS] : 1;
+    s->l = (struct launch_dims){ { tiles < sms ? (unsigned)tiles : sms, 1, 1 }, 384, (unsigned)a->sm90_smem, tiles };
+}
+
+/* Output o through the sm_90a GEMM (kg_gemm_sm90_<dt>) when the current arm
+ * has it and o qualifies: an fp16 or bf16 product, plain or grouped by
+ * ragged rows, whose operands both have K contiguous (sxk = syk = 1).
+ * Returns 0, launching nothing, when o does not qualify. */
+static int sm90_launch(struct run *r, struct output *p)
+{
+    struct prod_launch *L = &p->pl;
+    if (r->d->arm->sm90_smem <= 0 || L->ragged == RAG_INNER || (p->dt != DT_BF16 && p->dt != DT_F16) ||
+        L->sxk != 1 || L->syk != 1)
+        return 0;
+    struct sm90_args s;
+    sm90_args(r, L, 2, p->dt, &s);
+    void *params[] = { &s.ta, &s.tb, &s.use_tma, &L->dx, &L->dy, &p->buf, &L->doffs, &s.G, &s.tiles, &s.M,
+                       &s.N, &s.K, &L->sxm, &L->syn, &L->syg, &p->srow, &p->scol };
+    gpu_launch_dims(r->d, p->dt == DT_BF16 ? "kg_gemm_sm90_bf16" : "kg_gemm_sm90_f16", &s.l, params);
+    return 1;
+}
+
+/* A low-precision product through the sm_90a fp8 GEMM
+ * (kg_qgemm_sm90_<fmt>_<out>) when the current arm has it and the case
+ * qualifies: OCP E4M3 or E5M2 with fp32 scales of one block along K (per
+ * tensor or per row), plain or grouped.  Returns 0, launching nothing,
+ * otherwise. */
+static int q_sm90_launch(struct run *r, struct output *p)
+{
+    static const char *const name[2][2] = { { "kg_qgemm_sm90_e4m3_f32", "kg_qgemm_sm90_e4m3_bf16" },
+                                            { "kg_qgemm_sm90_e5m2_f32", "kg_qgemm_sm90_e5m2_bf16" } };
+    const struct qrun *q = r->q;
+    struct prod_launch *L = &p->pl;
+    if (r->d->arm->sm90_smem <= 0 || (q->f != Q_E4M3 && q->f != Q_E5M2) || q->rule != QR_AMAX || q->gk < L->k ||
+        p->dt != DT_BF16)
+        return 0;
+    struct sm90_args s;
+    sm90_args(r, L, 1, p->dt, &s);
+    int gra = (int)q->op[0].g.gr, grb = (int)q->op[1].g.gr;
+    void *params[] = { &s.ta, &s.tb, &s.use_tma, &L->dx, &L->dy, (void *)&q->op[0].d_scales,
+                       (void *)&q->op[1].d_scales, &p->buf, &L->doffs, &s.G, &s.tiles, &s.M, &s.N, &s.K, &gra,
+                       &grb };
+    gpu_launch_dims(r->d, name[q->f == Q_E5M2][p->dt != DT_F32], &s.l, params);
+    return 1;
+}
+
 /* A low-precision product: GPU kg_qgemm_<out> (grid N/BN x M/BM, the arm's
  * tile) or kg_qgrouped_<out> (grid N/BN x the groups' row tiles), 256
  * threads, reading ref.c's codes and scales; CPU: cpu_qproduct. */
@@ -2354,6 +2497,7 @@ static void q_launch(struct run *r, int o)
     struct qrun *q = r->q;
     struct prod_launch *L = &p->pl;
     if (r->d->kind == DEV_CPU) { cpu_qproduct(r, p); return; }
+    if (q_sm90_launch(r, p)) return;
     int grouped = L->ragged == RAG_ROWS, f32 = p->dt == DT_F32;
     const char *name = grouped ? (f32 ? "kg_qgrouped_f32" : "kg_qgrouped_bf16") : (f32 ? "kg_qgemm_f32" : "kg_qgemm_bf16");
     int M = (int)L->m, N = (int)L->n, K = (int)L->k, G = (int)L->groups, fmt = (int)q->f, mx = q->rule != QR_AMAX;
@@ -2387,6 +2531,7 @@ static void product_launch(struct run *r, int o)
     struct prod_launch *L = &p->pl;
     if (r->q) { q_launch(r, o); return; }
     if (r->d->kind == DEV_CPU) { cpu_product(p); return; }
+    if (sm90_launch(r, p)) return;
     const char *name = fname[L->ragged][p->dt];
     int M = (int)L->m, N = (int)L->n, K = (int)L->k, G = (int)L->groups;
     unsigned gx = tile_count(N, r->d->arm->tile_n), gm = tile_count(M, r->d->arm->tile_m);
@@ -3926,17 +4071,20 @@ static int q_stages(const struct result *x, char why[3][256])
     return n;
 }
 
-/* The waves of one kernel launch on `sms` SMs/CUs: its tiles (blocks), the
- * blocks one wave holds (sms x blocks per SM; 0 when either is not known),
+/* The waves of one kernel launch on `sms` SMs/CUs: its tiles (its blocks, or
+ * the tiles a persistent grid strides over), the tiles one wave holds (sms x
+ * blocks per SM, 0 when either is not known; a persistent grid's blocks),
  * tiles / per_wave waves, and the percentage of the last wave's slots that
  * hold a block (100 when the tiles fill every wave; NAN when not known). */
 struct waves { uint64_t tiles, per_wave; double waves, last_pct; };
 
 static struct waves geom_waves(const struct kgeom *g, int sms)
 {
-    struct waves w = { (uint64_t)g->grid[0] * g->grid[1] * g->grid[2], 0, NAN, NAN };
-    if (g->per_sm <= 0 || sms <= 0) return w;
-    w.per_wave = (uint64_t)sms * (uint64_t)g->per_sm;
+    uint64_t blocks = (uint64_t)g->grid[0] * g->grid[1] * g->grid[2];
+    struct waves w = { g->tiles ? g->tiles : blocks, 0, NAN, NAN };
+    if (g->tiles) w.per_wave = blocks;   /* persistent: each block holds one tile at a time */
+    else if (g->per_sm > 0 && sms > 0) w.per_wave = (uint64_t)sms * (uint64_t)g->per_sm;
+    if (!w.per_wave) return w;
     uint64_t last = w.tiles % w.per_wave ? w.tiles % w.per_wave : w.per_wave;
     w.waves = (double)w.tiles / (double)w.per_wave;
     w.last_pct = 100.0 * (double)last / (double)w.per_wave;
@@ -3959,6 +4107,13 @@ static void print_geometry(const struct run *r, int o)
         const struct kgeom *g = &lg->k[i];
         struct waves w = geom_waves(g, sms);
         double pct = w.last_pct < 100 ? fmin(fmax(w.last_pct, 1), 99) : 100;
+        if (g->tiles) {
+            printf("  geometry %s: %s %" PRIu64 " tile%s on a persistent grid of %" PRIu64 " blocks x %u threads "
+                   "(%d %ss, %d block%s/%s fit%s); %.2f waves, last wave %.0f%% full\n", name, g->name, w.tiles,
+                   w.tiles == 1 ? "" : "s", w.per_wave, g->threads, sms, sm, g->per_sm, g->per_sm == 1 ? "" : "s",
+                   sm, g->per_sm == 1 ? "s" : "", w.waves, pct);
+            continue;
+        }
         printf("  geometry %s: %s %" PRIu64 " tile%s (%ux%ux%u) x %u threads; %d %ss", name, g->name, w.tiles,
                w.tiles == 1 ? "" : "s", g->grid[0], g->grid[1], g->grid[2], g->threads, sms, sm);
         if (w.per_wave)
@@ -4037,8 +4192,8 @@ static void json_geometry(FILE *f, const struct run *r, int o)
         struct waves w = geom_waves(g, sms);
         fprintf(f, "%s{", i ? "," : "");
         json_str(f, "kernel", g->name, 1);
-        fprintf(f, "\"grid\":[%u,%u,%u],\"tiles\":%" PRIu64 ",\"threads\":%u,\"sms\":%d,", g->grid[0], g->grid[1],
-               g->grid[2], w.tiles, g->threads, sms);
+        fprintf(f, "\"grid\":[%u,%u,%u],\"tiles\":%" PRIu64 ",\"persistent\":%s,\"threads\":%u,\"sms\":%d,",
+                g->grid[0], g->grid[1], g->grid[2], w.tiles, g->tiles ? "true" : "false", g->threads, sms);
         if (w.per_wave) fprintf(f, "\"blocks_per_sm\":%d,\"per_wave\":%" PRIu64 ",", g->per_sm, w.per_wave);
         else fprintf(f, "\"blocks_per_sm\":null,\"per_wave\":null,");
         json_num(f, "waves", w.waves, 1);
