@@ -1,0 +1,163 @@
+#!/usr/bin/env python3
+"""kgate's kernels side by side with the vendor library, in one run.
+
+For each case, R rounds of: PyTorch's own operation (torch.matmul,
+torch._scaled_mm, torch._grouped_mm: cuBLAS/cuBLASLt on NVIDIA, hipBLASLt on
+ROCm) timed here with CUDA events, L2 flushed before every sample; then
+`kgate <case> --json` as a child process, whose time is kgate's own (its
+timer, its L2 flush) and counts only when every gate of the case passed.
+Prints both in TFLOP/s and the ratio kgate / vendor (time of the vendor over
+time of kgate: above 1 = kgate faster), median over the rounds with the
+min-max spread.
+
+    python3 bench/vs_vendor.py [--kgate ./kgate] [--rounds 3] [--only SUBSTR] [--json FILE] [--timeout S]
+
+Exit status: 0 when every case ran and passed its gates, 1 when a case failed
+a gate or kgate failed, 2 on bad usage.
+"""
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+
+import torch
+
+# Each case: a name, kgate's arguments, the FLOPs, and a function that builds
+# the vendor's operation (a no-argument callable) on the current device.
+
+
+def gemm_nt(m, n, k, dt):
+    a = torch.randn(m, k, device="cuda").to(dt)
+    b = torch.randn(n, k, device="cuda").to(dt)
+    return lambda: torch.matmul(a, b.t())
+
+
+def scaled_mm_nt(m, n, k):
+    a = torch.randn(m, k, device="cuda").to(torch.float8_e4m3fn)
+    b = torch.randn(n, k, device="cuda").to(torch.float8_e4m3fn)
+    sa = torch.tensor(0.5, device="cuda")
+    sb = torch.tensor(0.25, device="cuda")
+    return lambda: torch._scaled_mm(a, b.t(), scale_a=sa, scale_b=sb, out_dtype=torch.bfloat16)
+
+
+def grouped_nt(rows, n, k):
+    a = torch.randn(sum(rows), k, device="cuda").to(torch.bfloat16)
+    b = torch.randn(len(rows), n, k, device="cuda").to(torch.bfloat16)
+    ends = torch.tensor(rows, device="cuda", dtype=torch.int32).cumsum(0, dtype=torch.int32)
+    return lambda: torch._grouped_mm(a, b.transpose(-2, -1), offs=ends)
+
+
+RAGGED = [2048, 0, 4096, 1024, 3072, 2048, 2048, 2176]   # 16384 rows, one empty group
+
+CASES = [
+    ("bf16 NT 4096^3", "gemm --dtype bf16 --layout NT --shape 4096x4096x4096",
+     2 * 4096**3, lambda: gemm_nt(4096, 4096, 4096, torch.bfloat16)),
+    ("bf16 NT 8192^3", "gemm --dtype bf16 --layout NT --shape 8192x8192x8192",
+     2 * 8192**3, lambda: gemm_nt(8192, 8192, 8192, torch.bfloat16)),
+    ("bf16 NT 4095x4097x4093", "gemm --dtype bf16 --layout NT --shape 4095x4097x4093",
+     2 * 4095 * 4097 * 4093, lambda: gemm_nt(4095, 4097, 4093, torch.bfloat16)),
+    ("f16 NT 8192^3", "gemm --dtype f16 --layout NT --shape 8192x8192x8192",
+     2 * 8192**3, lambda: gemm_nt(8192, 8192, 8192, torch.float16)),
+    ("e4m3 tensor 8192^3", "gemm --dtype e4m3 --scaling tensor --shape 8192x8192x8192",
+     2 * 8192**3, lambda: scaled_mm_nt(8192, 8192, 8192)),
+    ("grouped bf16 8x2048 4096x4096", "grouped --dtype bf16 --layout NT --groups "
+     + ",".join(["2048"] * 8) + " --shape 4096x4096",
+     2 * 8 * 2048 * 4096 * 4096, lambda: grouped_nt([2048] * 8, 4096, 4096)),
+    ("grouped bf16 ragged, empty group", "grouped --dtype bf16 --layout NT --groups "
+     + ",".join(map(str, RAGGED)) + " --shape 4096x4096",
+     2 * sum(RAGGED) * 4096 * 4096, lambda: grouped_nt(RAGGED, 4096, 4096)),
+]
+
+
+def vendor_us(fn, flush, samples):
+    """Median time of fn in microseconds: each sample flushes L2 (a write of
+    the flush buffer) outside the timed window."""
+    for _ in range(5):
+        fn()
+    times = []
+    for _ in range(samples):
+        flush.zero_()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) * 1e3)
+    return statistics.median(times)
+
+
+def kgate_us(kgate, args, timeout):
+    """kgate's median time of the case in microseconds, or raise with the
+    reason: a gate failed, kgate exited non-zero or ran past `timeout` s."""
+    cmd = [kgate] + args.split() + ["--json"]
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        raise RuntimeError("%s: no answer in %d s" % (" ".join(cmd), timeout))
+    objs = [json.loads(line) for line in p.stdout.splitlines() if line.startswith("{")]
+    if p.returncode != 0 or not objs:
+        raise RuntimeError("%s: exit %d: %s" % (" ".join(cmd), p.returncode, p.stderr.strip()[-400:]))
+    case = objs[0]
+    if case["verdict"] != "pass":
+        raise RuntimeError("%s: verdict %s" % (args, case["verdict"]))
+    times = [o["time"]["median_us"] for o in case["outputs"] if o.get("time")]
+    if not times:
+        raise RuntimeError("%s: no time in kgate's JSON" % args)
+    return sum(times), case
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--kgate", default="./kgate")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--samples", type=int, default=50, help="vendor samples per round")
+    ap.add_argument("--only", default="", help="run the cases whose name contains this")
+    ap.add_argument("--json", help="write the table as JSON to this file")
+    ap.add_argument("--timeout", type=int, default=300, help="seconds one kgate run may take")
+    a = ap.parse_args()
+    if not torch.cuda.is_available():
+        print("vs_vendor: PyTorch sees no GPU", file=sys.stderr)
+        return 2
+    if a.rounds < 1 or a.samples < 1:
+        print("vs_vendor: --rounds and --samples must be >= 1", file=sys.stderr)
+        return 2
+    l2 = torch.cuda.get_device_properties(0).L2_cache_size
+    flush = torch.empty(max(2 * l2, 64 << 20), dtype=torch.uint8, device="cuda")
+    print("device: %s, torch %s, %d rounds; ratio = vendor time / kgate time (> 1: kgate faster)"
+          % (torch.cuda.get_device_name(0), torch.__version__, a.rounds))
+    print("%-34s %12s %12s %24s" % ("case", "vendor TF/s", "kgate TF/s", "ratio (min-max)"))
+    rows, status = [], 0
+    for name, args, flops, build in CASES:
+        if a.only not in name:
+            continue
+        try:
+            fn = build()
+            ratios, vs, ks = [], [], []
+            for _ in range(a.rounds):
+                v = vendor_us(fn, flush, a.samples)
+                k, _case = kgate_us(a.kgate, args, a.timeout)
+                vs.append(v), ks.append(k), ratios.append(v / k)
+            del fn
+            torch.cuda.empty_cache()
+        except (RuntimeError, torch.OutOfMemoryError) as e:
+            print("%-34s FAIL %s" % (name, e))
+            rows.append({"case": name, "kgate_args": args, "error": str(e)})
+            status = 1
+            continue
+        v, k = statistics.median(vs), statistics.median(ks)
+        row = {"case": name, "kgate_args": args, "vendor_us": vs, "kgate_us": ks, "ratios": ratios,
+               "vendor_tflops": flops / v / 1e6, "kgate_tflops": flops / k / 1e6,
+               "ratio": statistics.median(ratios), "ratio_min": min(ratios), "ratio_max": max(ratios)}
+        rows.append(row)
+        print("%-34s %12.1f %12.1f %10.3f (%.3f-%.3f)" % (name, row["vendor_tflops"], row["kgate_tflops"],
+                                                           row["ratio"], row["ratio_min"], row["ratio_max"]))
+        sys.stdout.flush()
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(rows, f, indent=1)
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())
