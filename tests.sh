@@ -765,6 +765,62 @@ else
     echo "skip: no libnvrtc on this machine"
 fi
 
+echo "== sm_90a fast paths: wgmma in kernels.hip's sm_90a build (no GPU)"
+# The six Hopper entry points (kernels.hip, "GEMM, Hopper path"): each must issue wgmma in its own
+# body (a wgmma behind a call is serialized: ptxas C7510) and compile with no spill and no warning.
+FAST90="kg_gemm_sm90_bf16 kg_gemm_sm90_f16 kg_qgemm_sm90_e4m3_bf16 kg_qgemm_sm90_e4m3_f32 kg_qgemm_sm90_e5m2_bf16 kg_qgemm_sm90_e5m2_f32"
+nvcc=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
+ptxas=$(command -v ptxas || echo /usr/local/cuda/bin/ptxas)
+# sm90_ptx_check [-D...]: compile kernels.hip to sm_90a PTX (nvcc, the NVRTC front end) and ptxas it;
+# print one line per fast entry lacking wgmma.mma_async in its body, a spill, or a ptxas warning.
+sm90_ptx_check() {
+    "$nvcc" -arch=sm_90a -ptx -x cu "$@" kernels.hip -o "$tmp/k90.ptx" 2>"$tmp/k90.err" || { echo "nvcc failed: $(head -c 300 "$tmp/k90.err")"; return; }
+    "$ptxas" -arch=sm_90a -v "$tmp/k90.ptx" -o "$tmp/k90.cubin" 2>"$tmp/k90.log" || { echo "ptxas failed: $(head -c 300 "$tmp/k90.log")"; return; }
+    grep -i "warning" "$tmp/k90.log" | head -3
+    for e in $FAST90; do
+        n=$(awk -v e="$e" '/\.entry /{name=$3; sub(/\(.*/, "", name)} /\.func /{name=""} name == e && /wgmma\.mma_async/{n++} END{print n + 0}' "$tmp/k90.ptx")
+        [ "$n" -ge 4 ] || echo "$e: $n wgmma.mma_async in its PTX body, want >= 4"
+        grep -A1 "Function properties for $e\$" "$tmp/k90.log" | grep -q " 0 bytes spill stores, 0 bytes spill loads" \
+            || echo "$e: spills (or no ptxas report)"
+    done
+}
+if [ -x "$nvcc" ] && [ -x "$ptxas" ]; then
+    probs=$(sm90_ptx_check)
+    [ -z "$probs" ] && ok "the 6 sm_90a entry points hold wgmma.mma_async in their PTX; ptxas: no spill, no warning" \
+        || bad "sm_90a fast paths: $probs"
+    probs=$(sm90_ptx_check -DKG_PORTABLE=1)
+    n=$(printf '%s\n' "$probs" | grep -c "wgmma.mma_async in its PTX body")
+    [ "$n" -eq 6 ] && ok "planted: a -D KG_PORTABLE=1 build lacks the 6 fast entries, and the check says so for each" \
+        || bad "KG_PORTABLE build: the check named $n of 6 missing entries: $probs"
+else
+    echo "skip: no nvcc/ptxas (the CUDA toolkit) on this machine"
+fi
+# SASS through kgate isa, where a cuobjdump is found: PATH, the CUDA toolkit, or the pip package
+# nvidia-cuda-cuobjdump (.ci/run installs it).
+cudir=""
+for d in "$(dirname "$(command -v cuobjdump 2>/dev/null || echo /nonexistent/x)")" /usr/local/cuda/bin \
+         "$(python3 -c 'import nvidia, os; print(os.path.join(list(nvidia.__path__)[0], "cu13", "bin"))' 2>/dev/null)"; do
+    [ -n "$d" ] && [ -x "$d/cuobjdump" ] && { cudir=$d; break; }
+done
+if [ -n "$cudir" ] && { ldconfig -p 2>/dev/null | grep -q libnvrtc || [ -e /usr/local/cuda/lib64/libnvrtc.so ]; }; then
+    PATH="$cudir:$PATH" run $K isa --arch sm_90a --expect wgmma
+    [ $rc -eq 0 ] && ok "isa --arch sm_90a --expect wgmma passes on kernels.hip (cuobjdump from $cudir)" || bad "isa --expect wgmma: exit $rc: $(head -c 300 "$tmp/err")"
+    for e in $FAST90; do
+        row=$(grep "^$e " "$tmp/out" | tr -s ' ')
+        w=$(echo "$row" | cut -d' ' -f4) first=$(echo "$row" | cut -d' ' -f10)
+        case "$e:$first" in
+            kg_gemm_*:HGMMA.64x256x16.F32*|kg_qgemm_*e4m3*:QGMMA.64x128x32.F32.E4M3.E4M3|kg_qgemm_*e5m2*:QGMMA.64x128x32.F32.E5M2.E5M2)
+                [ "${w:-0}" -ge 4 ] && ok "$e: $w wgmma in SASS, first $first" || bad "$e: wgmma column '$w'" ;;
+            *) bad "$e: SASS row '$row'" ;;
+        esac
+    done
+    PATH="$cudir:$PATH" run $K isa --arch sm_90a --expect wgmma --variant portable -D KG_PORTABLE=1
+    [ $rc -eq 1 ] && grep -q "^expect wgmma: FAIL: none of the" "$tmp/out" \
+        && ok "planted: isa --expect wgmma fails on the -D KG_PORTABLE=1 build (exit 1)" || bad "KG_PORTABLE isa: exit $rc"
+else
+    echo "skip: no cuobjdump (PATH, /usr/local/cuda/bin, pip nvidia-cuda-cuobjdump) or no libnvrtc"
+fi
+
 echo "== porting discipline: variants, compare, noise, the ledger and the budget (CPU device)"
 L="$tmp/port.ledger"
 G="gemm --device cpu --shape 48x40x56 --ledger $L"
