@@ -293,9 +293,10 @@ KG_GEMM_ENTRY(kg_gemm_bf16, kg_bf16)
 //     produces: it fills a ring of WG_STAGES shared-memory stages, each the
 //     WG_BM x 128-byte slice of X and the WG_BN x 128-byte slice of Y^T (64
 //     fp16/bf16 or 128 fp8 elements of K).  Warpgroups 1 and 2 consume: each
-//     owns 64 rows of the tile and issues four wgmma m64nWG_BNk(32 bytes) per
-//     stage (A and B from shared memory), then frees the stage.  setmaxnreg
-//     moves registers from the producer to the consumers.
+//     owns 64 rows of the tile and issues four wgmma m64nWG_BNk16 per stage
+//     (fp8: twice four m64n(WG_BN/2)k32, see "Input types"), A and B from
+//     shared memory, then frees the stage.  setmaxnreg moves registers from
+//     the producer to the consumers.
 //   - Stages are in the layout that TMA's 128-byte swizzle writes: rows of
 //     128 bytes, the 16-byte chunk c of row r at chunk c ^ (r % 8).  Two
 //     producers fill it (`use_tma`, a kernel argument):
@@ -454,11 +455,12 @@ KG_WG_MMA(kg_wgmma_n64_e5m2, 64, 32, "e5m2", "", KG_WG_D32, KG_WG_F32(d), "32", 
 
 // Input types.  fp16/bf16: EB = 2-byte elements, one wgmma m64nWG_BNk16 per
 // 32 bytes of K into the fp32 accumulators.  fp8: EB = 1, and since the fp8
-// tensor-core accumulation is narrower than fp32 (about 2^-11 relative at K
-// = 1000 in the e4m3 row -> f32 case of shapes.txt, caught by the baseline
-// gate), each stage's 128 k are accumulated in a partial of WG_BN/2 columns
-// (wgmma m64n(WG_BN/2)k32, two halves) and added to the fp32 accumulators
-// (DeepGEMM's promotion).  PRODUCER / CONSUMER: the setmaxnreg split; the
+// tensor-core accumulation is narrower than fp32 (66.8 dB, about 2^-11
+// relative, at K = 1000 in the e4m3 row -> f32 case of shapes.txt), each
+// stage's 128 k are accumulated in a partial of WG_BN/2 columns (wgmma
+// m64n(WG_BN/2)k32, two halves) and added to the fp32 accumulators
+// (DeepGEMM's promotion): 79 dB there, still short of the portable arm's
+// fp32 sums, so kgate launches these kernels for bf16 outputs only.  PRODUCER / CONSUMER: the setmaxnreg split; the
 // block holds 168 x 384 registers (__launch_bounds__(384, 1)), and a split
 // that asks for more makes setmaxnreg.inc wait forever.
 #define KG_WG_IN16(name, t)                                                                        \
@@ -547,14 +549,6 @@ __device__ static inline kg_wg_at kg_wg_locate(int t, const int *offs, int G, in
     return at;
 }
 
-// Loads producer: copy rows [row0, row0 + nrows) x bytes [k0, k0 + 128) of
-// K (elements of EB bytes) of the K-major matrix P (row stride ld elements,
-// rows below R exist) into the swizzled tile at shared address `tile`;
-// elements out of range are zero.  Warp w of the producer warpgroup copies
-// rows w, w + 4, ...; lane l the 4-byte word l of the row, element by element
-// (a row of odd length has no alignment to rely on).  U rows per warp are
-// (16-bit; fp8: a quarter as many, 4 loads each) loaded before any is
-// stored, so that many loads are in flight at once.
 // Loads producer: ask L2 for rows [row0, row0 + nrows) x K elements [k0,
 // k0 + 128 / EB) of P (as kg_wg_fill reads them), one row per lane: the
 // first and the last element's lines.
@@ -570,6 +564,14 @@ __device__ static inline void kg_wg_prefetch(const unsigned char *P, kg_i64 ld, 
     }
 }
 
+// Loads producer: copy rows [row0, row0 + nrows) x bytes [k0, k0 + 128) of
+// K (elements of EB bytes) of the K-major matrix P (row stride ld elements,
+// rows below R exist) into the swizzled tile at shared address `tile`;
+// elements out of range are zero.  Warp w of the producer warpgroup copies
+// rows w, w + 4, ...; lane l the 4-byte word l of the row, element by element
+// (a row of odd length has no alignment to rely on).  U rows per warp
+// (WG_LDG_ROWS for 16-bit elements; fp8: a quarter as many, 4 loads each)
+// are loaded before any is stored, so that many loads are in flight at once.
 template <int EB>
 __device__ static inline void kg_wg_fill(unsigned tile, const unsigned char *P, kg_i64 ld, int R, int K,
                                          int row0, int nrows, int k0, int warp, int lane) {
