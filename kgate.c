@@ -1028,6 +1028,8 @@ struct arm {
     int tile_m, tile_n;           /* the GEMM tile it publishes (kg_gemm_tile_m/_n; 64 if absent) */
     int sm90_smem;                /* kg_gemm_sm90_smem: > 0 = it has the sm_90a GEMM, with this much dynamic smem */
     int sm90_tile_m, sm90_tile_n; /* that GEMM's tile */
+    int sm90_cluster;             /* its blocks per cluster (1 or 2) */
+    int sm90_pack;                /* 1: operands TMA cannot read are packed first (kg_pack_rows) */
 };
 
 /* Add the definition "NAME[=VALUE]" to arm a. */
@@ -1079,9 +1081,13 @@ static void arm_build(struct device *d, struct arm *a)
     a->sm90_smem = module_int(d, "kg_gemm_sm90", "_smem", 0);
     a->sm90_tile_m = module_int(d, "kg_gemm_sm90", "_tile_m", 0);
     a->sm90_tile_n = module_int(d, "kg_gemm_sm90", "_tile_n", 0);
-    if (a->sm90_smem && (a->sm90_smem < 0 || a->sm90_tile_m != 128 || a->sm90_tile_n < 1 || a->sm90_tile_n > 256))
-        die(EXIT_DEVICE, "%s publishes an sm_90a GEMM of %d bytes of shared memory and tile %dx%d (want 128 x 1..256)",
-            a->src_name, a->sm90_smem, a->sm90_tile_m, a->sm90_tile_n);
+    a->sm90_cluster = module_int(d, "kg_gemm_sm90", "_cluster", 1);
+    a->sm90_pack = module_int(d, "kg_gemm_sm90", "_pack", 0);
+    if (a->sm90_smem && (a->sm90_smem < 0 || a->sm90_tile_m != 128 || a->sm90_tile_n < 1 || a->sm90_tile_n > 256 ||
+                         (a->sm90_cluster != 1 && a->sm90_cluster != 2) || a->sm90_tile_n % a->sm90_cluster))
+        die(EXIT_DEVICE, "%s publishes an sm_90a GEMM of %d bytes of shared memory, tile %dx%d and clusters of %d "
+            "(want 128 x 1..256, clusters of 1 or 2 that divide the tile's columns)",
+            a->src_name, a->sm90_smem, a->sm90_tile_m, a->sm90_tile_n, a->sm90_cluster);
 }
 
 /* Give back what arm_build and arm_define took. */
@@ -1776,6 +1782,7 @@ struct prod_launch {
     int64_t sxm, sxk, syk, syn, syg, scg;
     size_t m, n, k, groups, tiles;    /* tiles: ragged rows' total row tiles of 64 */
     const uint32_t *offs;             /* host copy of the group offsets */
+    uint64_t dpack;                   /* sm_90a: the operands packed for TMA (sm90_pack), made on first use */
 };
 
 /* One output of a case, as the gates see it: a rows x cols matrix of dtype
@@ -2412,38 +2419,89 @@ static int tmap_encode(const struct device *d, struct tmap *m, size_t es, enum d
     return 1;
 }
 
-/* The operands, tiles and tensor maps of one sm_90a launch (kernels.hip,
- * "GEMM, Hopper path"): X rows [0, m) (all groups' rows), Y^T rows [0, G x
- * n) (ny_rows), K-major, es-byte elements. */
+/* The operands, units and tensor maps of one sm_90a launch (kernels.hip,
+ * "GEMM, Hopper path"): X rows [0, m) (all groups' rows) at x, row stride
+ * ldx; Y^T rows [0, G x n) at y, row stride ldy, group g's at + g x syg;
+ * K-major, es-byte elements. */
 struct sm90_args {
     struct tmap ta, tb;
-    int use_tma, G, tiles, M, N, K;
+    uint64_t x, y;
+    int64_t ldx, ldy, syg;
+    int use_tma, G, units, M, N, K;
     struct launch_dims l;
 };
 
-/* Tiles, grid and tensor maps of an sm_90a launch over the product L of
+/* Whether TMA can read rows at base with a row stride of ld es-byte
+ * elements: both aligned to 16 bytes. */
+static int tma_aligned(uint64_t base, int64_t ld, size_t es) { return base % 16 == 0 && ld * (int64_t)es % 16 == 0; }
+
+/* Row stride in bytes of a packed operand: K elements rounded up to 16 bytes. */
+static size_t pack_ld_bytes(size_t K, size_t es) { return (K * es + 15) / 16 * 16; }
+
+/* Queue kg_pack_rows: `rows` rows of K es-byte elements from src (row r is
+ * row r % per of group r / per: at src + (r / per x sg + r % per x ld)
+ * elements) into dst, pack_ld_bytes apart. */
+static void pack_launch(struct device *d, uint64_t src, uint64_t dst, size_t rows, size_t per, size_t K,
+                        int64_t ld, int64_t sg, size_t es)
+{
+    long long R = (long long)rows, P = (long long)per;
+    int cols = (int)K, dld = (int)pack_ld_bytes(K, es), eb = (int)es;
+    uint64_t chunks = (uint64_t)rows * (uint64_t)dld / 16, most = 16ull * (unsigned)(d->attr[AT_SMS] > 0 ? d->attr[AT_SMS] : 1);
+    unsigned blocks = (unsigned)((chunks + 255) / 256 < most ? (chunks + 255) / 256 : most);
+    void *params[] = { &src, &dst, &R, &P, &cols, &ld, &sg, &dld, &eb };
+    gpu_launch(d, "kg_pack_rows", blocks, 1, 1, 256, params);
+}
+
+/* When the arm packs (sm90_pack): replace in s each operand of L that TMA
+ * cannot read (a row stride or base not aligned to 16 bytes, or Y's groups
+ * not n rows apart) by a packed copy in L's scratch (allocated on the first
+ * launch, which is never a timed one), queued before the GEMM so that its
+ * time counts in the launch's. */
+static void sm90_pack(struct run *r, struct prod_launch *L, size_t es, struct sm90_args *s)
+{
+    size_t G = L->ragged == RAG_ROWS ? L->groups : 0, ny = (G ? G : 1) * L->n, ld = pack_ld_bytes(L->k, es);
+    int px = !tma_aligned(s->x, s->ldx, es);
+    int py = !tma_aligned(s->y, s->ldy, es) || (G && s->syg != (int64_t)L->n * s->ldy);
+    if (!r->d->arm->sm90_pack || !L->k || !L->m || !ny || !(px || py)) return;
+    if (!L->dpack) L->dpack = run_dev(r, ld * (L->m + ny));
+    if (px) {
+        pack_launch(r->d, s->x, L->dpack, L->m, L->m, L->k, s->ldx, 0, es);
+        s->x = L->dpack, s->ldx = (int64_t)(ld / es);
+    }
+    if (py) {
+        pack_launch(r->d, s->y, L->dpack + ld * L->m, ny, L->n, L->k, s->ldy, s->syg, es);
+        s->y = L->dpack + ld * L->m, s->ldy = (int64_t)(ld / es), s->syg = (int64_t)(L->n * ld / es);
+    }
+}
+
+/* Units, grid and tensor maps of an sm_90a launch over the product L of
  * es-byte elements (dt for the tensor map; groups when L is ragged rows):
- * a persistent grid of one 384-thread block per SM, at most one per tile;
- * TMA when tmap_encode takes both operands (and Y's groups are N rows
- * apart), the loads producer otherwise. */
-static void sm90_args(const struct run *r, const struct prod_launch *L, size_t es, enum dtype dt,
-                      struct sm90_args *s)
+ * a persistent grid of one 384-thread block per SM in clusters of the
+ * arm's size, at most one cluster per unit (a unit: that many tiles stacked
+ * in M); packed operands where sm90_pack makes them; TMA when tmap_encode
+ * takes both operands (and Y's groups are N rows apart), the loads
+ * producer otherwise. */
+static void sm90_args(struct run *r, struct prod_launch *L, size_t es, enum dtype dt, struct sm90_args *s)
 {
     const struct arm *a = r->d->arm;
-    size_t G = L->ragged == RAG_ROWS ? L->groups : 0, tn = tile_count((int)L->n, a->sm90_tile_n), tiles = 0;
+    size_t G = L->ragged == RAG_ROWS ? L->groups : 0, tn = tile_count((int)L->n, a->sm90_tile_n);
+    size_t cl = (size_t)a->sm90_cluster, tiles = 0, units = 0;
     for (size_t g = 0; g < (G ? G : 1); g++) {
-        size_t rows = G ? L->offs[g + 1] - L->offs[g] : L->m;
-        tiles += tile_count((int)rows, a->sm90_tile_m) * tn;
+        size_t tm = tile_count((int)(G ? L->offs[g + 1] - L->offs[g] : L->m), a->sm90_tile_m);
+        tiles += tm * tn, units += (tm + cl - 1) / cl * tn;
     }
-    if (tiles > INT32_MAX) die(EXIT_USAGE, "%s: %zu tiles: too many for one launch", r->c->label, tiles);
+    if (units > INT32_MAX) die(EXIT_USAGE, "%s: %zu tiles: too many for one launch", r->c->label, tiles);
     memset(s, 0, sizeof *s);
+    s->x = L->dx, s->y = L->dy, s->ldx = L->sxm, s->ldy = L->syn, s->syg = L->syg;
+    sm90_pack(r, L, es, s);
     size_t ny_rows = G ? G * L->n : L->n;
-    s->use_tma = (!G || L->syg == (int64_t)L->n * L->syn) &&
-                 tmap_encode(r->d, &s->ta, es, dt, L->dx, L->m, L->k, L->sxm, (unsigned)a->sm90_tile_m) &&
-                 tmap_encode(r->d, &s->tb, es, dt, L->dy, ny_rows, L->k, L->syn, (unsigned)a->sm90_tile_n);
-    s->G = (int)G, s->tiles = (int)tiles, s->M = (int)L->m, s->N = (int)L->n, s->K = (int)L->k;
-    unsigned sms = r->d->attr[AT_SMS] > 0 ? (unsigned)r->d->attr[AT_SMS] : 1;
-    s->l = (struct launch_dims){ { tiles < sms ? (unsigned)tiles : sms, 1, 1 }, 384, (unsigned)a->sm90_smem, tiles };
+    s->use_tma = (!G || s->syg == (int64_t)L->n * s->ldy) &&
+                 tmap_encode(r->d, &s->ta, es, dt, s->x, L->m, L->k, s->ldx, (unsigned)a->sm90_tile_m) &&
+                 tmap_encode(r->d, &s->tb, es, dt, s->y, ny_rows, L->k, s->ldy, (unsigned)(a->sm90_tile_n / cl));
+    s->G = (int)G, s->units = (int)units, s->M = (int)L->m, s->N = (int)L->n, s->K = (int)L->k;
+    size_t clusters = (size_t)(r->d->attr[AT_SMS] > 0 ? r->d->attr[AT_SMS] : 1) / cl;
+    unsigned blocks = (unsigned)((units < clusters ? units : clusters ? clusters : 1) * cl);
+    s->l = (struct launch_dims){ { blocks, 1, 1 }, 384, (unsigned)a->sm90_smem, tiles };
 }
 
 /* Output o through the sm_90a GEMM (kg_gemm_sm90_<dt>) when the current arm
@@ -2458,21 +2516,20 @@ static int sm90_launch(struct run *r, struct output *p)
         return 0;
     struct sm90_args s;
     sm90_args(r, L, 2, p->dt, &s);
-    void *params[] = { &s.ta, &s.tb, &s.use_tma, &L->dx, &L->dy, &p->buf, &L->doffs, &s.G, &s.tiles, &s.M,
-                       &s.N, &s.K, &L->sxm, &L->syn, &L->syg, &p->srow, &p->scol };
+    void *params[] = { &s.ta, &s.tb, &s.use_tma, &s.x, &s.y, &p->buf, &L->doffs, &s.G, &s.units, &s.M,
+                       &s.N, &s.K, &s.ldx, &s.ldy, &s.syg, &p->srow, &p->scol };
     gpu_launch_dims(r->d, p->dt == DT_BF16 ? "kg_gemm_sm90_bf16" : "kg_gemm_sm90_f16", &s.l, params);
     return 1;
 }
 
 /* A low-precision product through the sm_90a fp8 GEMM
- * (kg_qgemm_sm90_<fmt>_<out>) when the current arm has it and the case
+ * (kg_qgemm_sm90_<fmt>_bf16) when the current arm has it and the case
  * qualifies: OCP E4M3 or E5M2 with fp32 scales of one block along K (per
- * tensor or per row), plain or grouped.  Returns 0, launching nothing,
- * otherwise. */
+ * tensor or per row), plain or grouped, bf16 output (the fp8 tensor-core
+ * sums fall short of an fp32 output's baseline; kernels.hip "Input
+ * types").  Returns 0, launching nothing, otherwise. */
 static int q_sm90_launch(struct run *r, struct output *p)
 {
-    static const char *const name[2][2] = { { "kg_qgemm_sm90_e4m3_f32", "kg_qgemm_sm90_e4m3_bf16" },
-                                            { "kg_qgemm_sm90_e5m2_f32", "kg_qgemm_sm90_e5m2_bf16" } };
     const struct qrun *q = r->q;
     struct prod_launch *L = &p->pl;
     if (r->d->arm->sm90_smem <= 0 || (q->f != Q_E4M3 && q->f != Q_E5M2) || q->rule != QR_AMAX || q->gk < L->k ||
@@ -2481,10 +2538,10 @@ static int q_sm90_launch(struct run *r, struct output *p)
     struct sm90_args s;
     sm90_args(r, L, 1, p->dt, &s);
     int gra = (int)q->op[0].g.gr, grb = (int)q->op[1].g.gr;
-    void *params[] = { &s.ta, &s.tb, &s.use_tma, &L->dx, &L->dy, (void *)&q->op[0].d_scales,
-                       (void *)&q->op[1].d_scales, &p->buf, &L->doffs, &s.G, &s.tiles, &s.M, &s.N, &s.K, &gra,
+    void *params[] = { &s.ta, &s.tb, &s.use_tma, &s.x, &s.y, (void *)&q->op[0].d_scales,
+                       (void *)&q->op[1].d_scales, &p->buf, &L->doffs, &s.G, &s.units, &s.M, &s.N, &s.K, &gra,
                        &grb };
-    gpu_launch_dims(r->d, name[q->f == Q_E5M2][p->dt != DT_F32], &s.l, params);
+    gpu_launch_dims(r->d, q->f == Q_E5M2 ? "kg_qgemm_sm90_e5m2_bf16" : "kg_qgemm_sm90_e4m3_bf16", &s.l, params);
     return 1;
 }
 

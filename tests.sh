@@ -766,9 +766,9 @@ else
 fi
 
 echo "== sm_90a fast paths: wgmma in kernels.hip's sm_90a build (no GPU)"
-# The six Hopper entry points (kernels.hip, "GEMM, Hopper path"): each must issue wgmma in its own
+# The four Hopper entry points (kernels.hip, "GEMM, Hopper path"): each must issue wgmma in its own
 # body (a wgmma behind a call is serialized: ptxas C7510) and compile with no spill and no warning.
-FAST90="kg_gemm_sm90_bf16 kg_gemm_sm90_f16 kg_qgemm_sm90_e4m3_bf16 kg_qgemm_sm90_e4m3_f32 kg_qgemm_sm90_e5m2_bf16 kg_qgemm_sm90_e5m2_f32"
+FAST90="kg_gemm_sm90_bf16 kg_gemm_sm90_f16 kg_qgemm_sm90_e4m3_bf16 kg_qgemm_sm90_e5m2_bf16"
 nvcc=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
 ptxas=$(command -v ptxas || echo /usr/local/cuda/bin/ptxas)
 # sm90_ptx_check [-D...]: compile kernels.hip to sm_90a PTX (nvcc, the NVRTC front end) and ptxas it;
@@ -786,12 +786,18 @@ sm90_ptx_check() {
 }
 if [ -x "$nvcc" ] && [ -x "$ptxas" ]; then
     probs=$(sm90_ptx_check)
-    [ -z "$probs" ] && ok "the 6 sm_90a entry points hold wgmma.mma_async in their PTX; ptxas: no spill, no warning" \
+    [ -z "$probs" ] && ok "the 4 sm_90a entry points hold wgmma.mma_async in their PTX; ptxas: no spill, no warning" \
         || bad "sm_90a fast paths: $probs"
+    probs=$(sm90_ptx_check -DWG_CLUSTER=2 -DWG_STORE_V4=0)
+    [ -z "$probs" ] && ok "the knobs' other side (-D WG_CLUSTER=2 -D WG_STORE_V4=0) builds the same way: wgmma, no spill, no warning" \
+        || bad "sm_90a, WG_CLUSTER=2 WG_STORE_V4=0: $probs"
+    grep -q "\.reqnctapercluster 2, 1, 1" "$tmp/k90.ptx" && grep -q "multicast::cluster" "$tmp/k90.ptx" \
+        && ok "-D WG_CLUSTER=2: the entries ask for clusters of 2 and load with TMA multicast" \
+        || bad "-D WG_CLUSTER=2: no .reqnctapercluster 2, 1, 1 or no multicast in the PTX"
     probs=$(sm90_ptx_check -DKG_PORTABLE=1)
     n=$(printf '%s\n' "$probs" | grep -c "wgmma.mma_async in its PTX body")
-    [ "$n" -eq 6 ] && ok "planted: a -D KG_PORTABLE=1 build lacks the 6 fast entries, and the check says so for each" \
-        || bad "KG_PORTABLE build: the check named $n of 6 missing entries: $probs"
+    [ "$n" -eq 4 ] && ok "planted: a -D KG_PORTABLE=1 build lacks the 4 fast entries, and the check says so for each" \
+        || bad "KG_PORTABLE build: the check named $n of 4 missing entries: $probs"
 else
     echo "skip: no nvcc/ptxas (the CUDA toolkit) on this machine"
 fi
