@@ -288,9 +288,9 @@ KG_GEMM_ENTRY(kg_gemm_bf16, kg_bf16)
 //   - Persistent grid: gridDim.x blocks (one per SM, at most one per tile),
 //     in clusters of WG_CLUSTER blocks.  A unit is WG_CLUSTER tiles of
 //     WG_BM x WG_BN stacked in M, one per block of a cluster; the clusters
-//     stride over the `tiles` units of C: G = 0, units_m x tiles_n in bands
+//     stride over the `units` units of C.  G = 0: units_m x tiles_n in bands
 //     of WG_GROUP_M tile rows (neighbouring blocks share operand panels in
-//     L2); G > 0, group after group (offs[G+1], the ragged rows), banded the
+//     L2); G > 0: group after group (offs[G+1], the ragged rows), banded the
 //     same way within a group.  An empty group has no unit.
 //   - Warp specialisation: 3 warpgroups of 128 threads.  Warpgroup 0
 //     produces: it fills a ring of WG_STAGES shared-memory stages, each the
@@ -780,7 +780,7 @@ __device__ static __forceinline__ void kg_wg_store_v4(const float *d, const kg_w
 template <class In, class Out>
 __device__ static inline void kg_gemm_sm90(const kg_tmap *ta, const kg_tmap *tb, int use_tma,
                                            const unsigned char *X, const unsigned char *Y,
-                                           typename Out::S *C, const int *offs, int G, int tiles, int M,
+                                           typename Out::S *C, const int *offs, int G, int units, int M,
                                            int N, int K, kg_i64 sxm, kg_i64 syn, kg_i64 syg, kg_i64 scm,
                                            kg_i64 scn, const float *sa, const float *sb, int gra, int grb,
                                            int sbg) {
@@ -805,7 +805,7 @@ __device__ static inline void kg_gemm_sm90(const kg_tmap *ta, const kg_tmap *tb,
         if (use_tma && tid != 0) return;
         int s = 0;
         unsigned phase = 0;
-        for (int u = kg_wg_cluster_id(); u < tiles; u += kg_wg_clusters()) {
+        for (int u = kg_wg_cluster_id(); u < units; u += kg_wg_clusters()) {
             const kg_wg_at at = kg_wg_locate(u, rank, offs, G, M, N);
             for (int kb = 0; kb < nk; kb++) {
                 const unsigned full = bars + 8 * s, empty = bars + 8 * (WG_STAGES + s);
@@ -852,7 +852,7 @@ __device__ static inline void kg_gemm_sm90(const kg_tmap *ta, const kg_tmap *tb,
     float d[WG_BN / 2], part[In::PROMOTE ? WG_BN / 4 : 1];
     int s = 0;
     unsigned phase = 0;
-    for (int u = kg_wg_cluster_id(); u < tiles; u += kg_wg_clusters()) {
+    for (int u = kg_wg_cluster_id(); u < units; u += kg_wg_clusters()) {
         const kg_wg_at at = kg_wg_locate(u, rank, offs, G, M, N);
 #pragma unroll
         for (int i = 0; i < WG_BN / 2; i++) d[i] = 0.0f;
@@ -912,20 +912,20 @@ __device__ static inline void kg_gemm_sm90(const kg_tmap *ta, const kg_tmap *tb,
     KG_ATOMICS(name, 0)                                                                              \
     extern "C" __global__ void __launch_bounds__(WG_THREADS, 1) KG_WG_CLUSTER_DIMS                  \
     name(const __grid_constant__ kg_tmap ta, const __grid_constant__ kg_tmap tb, int use_tma,        \
-         const Out::S *X, const Out::S *Y, Out::S *C, const int *offs, int G, int tiles, int M,      \
+         const Out::S *X, const Out::S *Y, Out::S *C, const int *offs, int G, int units, int M,      \
          int N, int K, kg_i64 sxm, kg_i64 syn, kg_i64 syg, kg_i64 scm, kg_i64 scn)                   \
     {                                                                                                \
         kg_gemm_sm90<In, Out>(&ta, &tb, use_tma, (const unsigned char *)X, (const unsigned char *)Y, \
-                              C, offs, G, tiles, M, N, K, sxm, syn, syg, scm, scn, 0, 0, 1, 1, 0);   \
+                              C, offs, G, units, M, N, K, sxm, syn, syg, scm, scn, 0, 0, 1, 1, 0);   \
     }
 #define KG_QGEMM_SM90_ENTRY(name, In, Out)                                                           \
     KG_ATOMICS(name, 0)                                                                              \
     extern "C" __global__ void __launch_bounds__(WG_THREADS, 1) KG_WG_CLUSTER_DIMS                  \
     name(const __grid_constant__ kg_tmap ta, const __grid_constant__ kg_tmap tb, int use_tma,        \
          const unsigned char *A, const unsigned char *B, const float *SA, const float *SB,           \
-         Out::S *C, const int *offs, int G, int tiles, int M, int N, int K, int gra, int grb)        \
+         Out::S *C, const int *offs, int G, int units, int M, int N, int K, int gra, int grb)        \
     {                                                                                                \
-        kg_gemm_sm90<In, Out>(&ta, &tb, use_tma, A, B, C, offs, G, tiles, M, N, K, K, K,             \
+        kg_gemm_sm90<In, Out>(&ta, &tb, use_tma, A, B, C, offs, G, units, M, N, K, K, K,             \
                               (kg_i64)N * K, N, 1, SA, SB, gra, grb, (N + grb - 1) / grb);           \
     }
 
