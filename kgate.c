@@ -2381,6 +2381,9 @@ static void cpu_qproduct(struct run *r, const struct output *p)
     free(a), free(b), free(sa), free(sb);
 }
 
+/* The device's SM (CU) count, at least 1. */
+static unsigned device_sms(const struct device *d) { return d->attr[AT_SMS] > 0 ? (unsigned)d->attr[AT_SMS] : 1; }
+
 /* Blocks along a dimension of n elements in tiles of `tile`. */
 static unsigned tile_count(int n, int tile) { return (unsigned)((n + tile - 1) / tile); }
 
@@ -2392,6 +2395,10 @@ static void grouped_tile_check(const struct device *d)
         die(EXIT_USAGE, "%s (%s): grouped launches count row tiles of 64 on the host, but this build "
             "has GEMM_BM = %d", d->arm->name, d->arm->src_name, d->arm->tile_m);
 }
+
+/* Whether TMA can read rows at base with a row stride of ld es-byte
+ * elements: both aligned to 16 bytes. */
+static int tma_aligned(uint64_t base, int64_t ld, size_t es) { return base % 16 == 0 && ld * (int64_t)es % 16 == 0; }
 
 /* A TMA descriptor (CUtensorMap): 128 opaque bytes, 64-byte aligned. */
 struct tmap { _Alignas(64) unsigned char b[128]; };
@@ -2407,7 +2414,7 @@ static int tmap_encode(const struct device *d, struct tmap *m, size_t es, enum d
                        size_t rows, size_t K, int64_t ld, unsigned box_rows)
 {
     uint64_t stride = (uint64_t)ld * es;
-    if (!K || !rows || base % 16 || stride % 16 || stride >= (1ull << 40)) return 0;
+    if (!K || !rows || !tma_aligned(base, ld, es) || stride >= (1ull << 40)) return 0;
     if (!d->rt.tmap_encode) die(EXIT_DEVICE, "the driver lacks cuTensorMapEncodeTiled (sm_90a GEMM)");
     const uint64_t dims[2] = { K, rows }, strides[1] = { stride };
     const unsigned box[2] = { (unsigned)(128 / es), box_rows }, step[2] = { 1, 1 };
@@ -2431,10 +2438,6 @@ struct sm90_args {
     struct launch_dims l;
 };
 
-/* Whether TMA can read rows at base with a row stride of ld es-byte
- * elements: both aligned to 16 bytes. */
-static int tma_aligned(uint64_t base, int64_t ld, size_t es) { return base % 16 == 0 && ld * (int64_t)es % 16 == 0; }
-
 /* Row stride in bytes of a packed operand: K elements rounded up to 16 bytes. */
 static size_t pack_ld_bytes(size_t K, size_t es) { return (K * es + 15) / 16 * 16; }
 
@@ -2446,20 +2449,20 @@ static void pack_launch(struct device *d, uint64_t src, uint64_t dst, size_t row
 {
     long long R = (long long)rows, P = (long long)per;
     int cols = (int)K, dld = (int)pack_ld_bytes(K, es), eb = (int)es;
-    uint64_t chunks = (uint64_t)rows * (uint64_t)dld / 16, most = 16ull * (unsigned)(d->attr[AT_SMS] > 0 ? d->attr[AT_SMS] : 1);
+    uint64_t chunks = (uint64_t)rows * (uint64_t)dld / 16, most = 16ull * device_sms(d);
     unsigned blocks = (unsigned)((chunks + 255) / 256 < most ? (chunks + 255) / 256 : most);
     void *params[] = { &src, &dst, &R, &P, &cols, &ld, &sg, &dld, &eb };
     gpu_launch(d, "kg_pack_rows", blocks, 1, 1, 256, params);
 }
 
-/* When the arm packs (sm90_pack): replace in s each operand of L that TMA
- * cannot read (a row stride or base not aligned to 16 bytes, or Y's groups
- * not n rows apart) by a packed copy in L's scratch (allocated on the first
- * launch, which is never a timed one), queued before the GEMM so that its
- * time counts in the launch's. */
-static void sm90_pack(struct run *r, struct prod_launch *L, size_t es, struct sm90_args *s)
+/* When the arm packs (sm90_pack): replace in s each operand of L (G groups,
+ * 0 when plain; Y^T's ny rows) that TMA cannot read (a row stride or base
+ * not aligned to 16 bytes, or Y's groups not n rows apart) by a packed copy
+ * in L's scratch (allocated on the first launch, which is never a timed
+ * one), queued before the GEMM so that its time counts in the launch's. */
+static void sm90_pack(struct run *r, struct prod_launch *L, size_t es, size_t G, size_t ny, struct sm90_args *s)
 {
-    size_t G = L->ragged == RAG_ROWS ? L->groups : 0, ny = (G ? G : 1) * L->n, ld = pack_ld_bytes(L->k, es);
+    size_t ld = pack_ld_bytes(L->k, es);
     int px = !tma_aligned(s->x, s->ldx, es);
     int py = !tma_aligned(s->y, s->ldy, es) || (G && s->syg != (int64_t)L->n * s->ldy);
     if (!r->d->arm->sm90_pack || !L->k || !L->m || !ny || !(px || py)) return;
@@ -2492,14 +2495,14 @@ static void sm90_args(struct run *r, struct prod_launch *L, size_t es, enum dtyp
     }
     if (units > INT32_MAX) die(EXIT_USAGE, "%s: %zu tiles: too many for one launch", r->c->label, tiles);
     memset(s, 0, sizeof *s);
-    s->x = L->dx, s->y = L->dy, s->ldx = L->sxm, s->ldy = L->syn, s->syg = L->syg;
-    sm90_pack(r, L, es, s);
     size_t ny_rows = G ? G * L->n : L->n;
+    s->x = L->dx, s->y = L->dy, s->ldx = L->sxm, s->ldy = L->syn, s->syg = L->syg;
+    sm90_pack(r, L, es, G, ny_rows, s);
     s->use_tma = (!G || s->syg == (int64_t)L->n * s->ldy) &&
                  tmap_encode(r->d, &s->ta, es, dt, s->x, L->m, L->k, s->ldx, (unsigned)a->sm90_tile_m) &&
                  tmap_encode(r->d, &s->tb, es, dt, s->y, ny_rows, L->k, s->ldy, (unsigned)(a->sm90_tile_n / cl));
     s->G = (int)G, s->units = (int)units, s->M = (int)L->m, s->N = (int)L->n, s->K = (int)L->k;
-    size_t clusters = (size_t)(r->d->attr[AT_SMS] > 0 ? r->d->attr[AT_SMS] : 1) / cl;
+    size_t clusters = device_sms(r->d) / cl;
     unsigned blocks = (unsigned)((units < clusters ? units : clusters ? clusters : 1) * cl);
     s->l = (struct launch_dims){ { blocks, 1, 1 }, 384, (unsigned)a->sm90_smem, tiles };
 }
