@@ -58,6 +58,36 @@ fi
 K=./kgate
 [ -x "$K" ] || { echo "no kgate binary"; echo "$passed passed, $((failed + 1)) failed"; exit 1; }
 
+echo "== golden: kgate's output on fixed CPU cases, byte for byte (.ci/golden.txt)"
+# Run each '$ ARGS' line of .ci/golden.txt and write the file anew from what kgate printed (see
+# its header): stdout, stderr's "kgate: " lines, the exit code; times, ratios and the machine out.
+golden_write() {
+    local line args g="$tmp/golden" cpu
+    cpu=$($K devices 2>/dev/null | sed -n 's/^cpu  \(.*\) (--device cpu)$/\1/p' | sed 's/[]\/$*.^[]/\\&/g')
+    rm -rf "$g" && mkdir -p "$g"
+    grep '^#' .ci/golden.txt
+    grep '^\$ ' .ci/golden.txt | while IFS= read -r line; do
+        read -r -a args <<<"${line#\$ }"
+        args=("${args[@]//TMP/$g}")
+        $K "${args[@]}" >"$g.out" 2>"$g.err"
+        echo "exit $?" >"$g.rc"
+        echo "$line"
+        { cat "$g.out"; grep '^kgate: ' "$g.err" | sed 's/^/stderr: /'; cat "$g.rc"; } |
+            grep -Ev '^  (device|arch|compute|software|memory|peak): |^gate checks on ' |
+            sed -E -e "s#$g#TMP#g" -e "s/${cpu:-CPU NAME}/CPU/g" -e 's/"time":\{[^{}]*\}/"time":{}/g' \
+                -e 's/"device":"[^"]*"/"device":"-"/g' -e 's/"compare":"[a-z]+"/"compare":"-"/g' \
+                -e 's/"(aa_ratio|aa_lo|aa_hi|ratio|ratio_lo|ratio_hi|band)":[^,}]*/"\1":-/g'
+    done
+}
+golden_write >"$tmp/golden.txt"
+if [ "${KGATE_GOLDEN:-}" = write ]; then
+    cp "$tmp/golden.txt" .ci/golden.txt && echo "golden: .ci/golden.txt written anew (not a test)"
+elif diff -u .ci/golden.txt "$tmp/golden.txt" >"$tmp/golden.diff"; then
+    ok "golden: $(grep -c '^\$ ' .ci/golden.txt) commands print what .ci/golden.txt holds"
+else
+    bad "golden: the output differs from .ci/golden.txt: $(head -c 1500 "$tmp/golden.diff")"
+fi
+
 echo "== selftest on the CPU device: formats, references, sampling, every gate vs every fault"
 expect 0 "kgate selftest --device cpu" $K selftest --device cpu
 has "$tmp/out" "selftest: [0-9]+ passed, 0 failed" "selftest reports 0 failed"
