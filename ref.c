@@ -4,7 +4,7 @@
  *
  * This file is #included by kgate.c (one amalgamated program); everything in
  * it is static.  It needs <stdint.h>, <string.h>, <math.h>, <pthread.h>,
- * <stdatomic.h> and xmalloc/xcalloc from kgate.c's utility section.
+ * <stdatomic.h> and xmalloc/xcalloc from src/util.c.
  *
  * Matrices here are row-major and canonical: X is rows×inner, Y is inner×cols,
  * both float (every fp16/bf16/fp32 input value is exactly a float).  The GPU

@@ -88,6 +88,17 @@ else
     bad "golden: the output differs from .ci/golden.txt: $(head -c 1500 "$tmp/golden.diff")"
 fi
 
+echo "== the tree: kgate.c the spine, one part per file under src/, README's Map"
+miss=""
+for f in src/*.c; do
+    grep -q "^#include \"$f\"" kgate.c || miss="$miss $f(not included by kgate.c)"
+    grep -q "^| \`$f\`" README.md || miss="$miss $f(not in README's Map)"
+done
+for f in $(sed -n 's/^| `\(src\/[a-z0-9_]*\.c\)`.*/\1/p' README.md); do [ -f "$f" ] || miss="$miss $f(in the Map, not in the tree)"; done
+[ -z "$miss" ] && ok "every src/ file is included by kgate.c and has its line in README's Map" || bad "the tree and its Map differ:$miss"
+big=$(wc -l kgate.c src/*.c | awk '$2 != "total" && (($2 == "kgate.c" && $1 > 1000) || $1 > 1500) {print $2 " " $1}')
+[ -z "$big" ] && ok "kgate.c is at most 1000 lines and every src/ file at most 1500" || bad "files past their size (split them): $big"
+
 echo "== selftest on the CPU device: formats, references, sampling, every gate vs every fault"
 expect 0 "kgate selftest --device cpu" $K selftest --device cpu
 has "$tmp/out" "selftest: [0-9]+ passed, 0 failed" "selftest reports 0 failed"

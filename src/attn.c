@@ -1,0 +1,341 @@
+/* src/attn.c — the attention op: O and LSE, with --bwd dQ, dK and dV;
+ * fixed-length or varlen, causal (bottom-right), GQA; its inputs, launches,
+ * references by (token, head) unit and its planted mask fault; its row in
+ * ops.c.  Relies on case.c, run.c, plan.c and ref.c (the references). */
+
+static int attn_set(struct kcase *c, const char *key, const char *val)
+{
+    uint32_t a, b;
+    if (strcmp(key, "--bwd") == 0) { c->bwd = 1; return 0; }
+    if (strcmp(key, "--causal") == 0) { c->causal = 1; return 0; }
+    static const char *const with_value[] = { "--dtype", "--batch", "--heads", "--seq", "--seqlens",
+                                              "--dim", "--scale" };
+    for (size_t i = 0; i < sizeof with_value / sizeof *with_value; i++)
+        if (!val && strcmp(key, with_value[i]) == 0)
+            die(EXIT_USAGE, "%s: %s needs a value (see kgate --help)", c->where, key);
+    if (strcmp(key, "--dtype") == 0) { case_set_dtype(c, val, 0); return 1; }
+    if (strcmp(key, "--batch") == 0) { case_parse_pair(c, key, val, 0, 1, &c->batch, &b); return 1; }
+    if (strcmp(key, "--heads") == 0) { case_parse_pair(c, key, val, 1, 1, &c->hq, &c->hkv); return 1; }
+    if (strcmp(key, "--seq") == 0) { case_parse_pair(c, key, val, 1, 1, &c->seq_q, &c->seq_k); return 1; }
+    if (strcmp(key, "--seqlens") == 0) { case_parse_lens(c, key, val, 1); return 1; }
+    if (strcmp(key, "--dim") == 0) {
+        case_parse_pair(c, key, val, 0, 1, &a, &b);
+        if (a > KG_ATTN_DMAX) die(EXIT_USAGE, "%s: --dim %u: head dims go up to %d", c->where, a, KG_ATTN_DMAX);
+        c->dim = a;
+        return 1;
+    }
+    if (strcmp(key, "--scale") == 0) {
+        if (parse_nonneg(val, &c->scale) != 0 || c->scale == 0)
+            die(EXIT_USAGE, "%s: --scale %s: expected a number > 0", c->where, val);
+        return 1;
+    }
+    return -1;
+}
+
+/* The attention case's lengths: --seqlens as given, or --batch copies of
+ * --seq; checks heads, dims and sizes. */
+static void attn_finish(struct kcase *c)
+{
+    if (c->lens && (c->seq_q || c->batch))
+        die(EXIT_USAGE, "%s: give --seqlens, or --batch and --seq, not both", c->where);
+    if (!c->lens && !c->seq_q) die(EXIT_USAGE, "%s: attn needs --seq Sq[:Sk] or --seqlens", c->where);
+    if (!c->hq) die(EXIT_USAGE, "%s: attn needs --heads Hq[:Hkv]", c->where);
+    if (!c->dim) die(EXIT_USAGE, "%s: attn needs --dim D (head dim, 1..%d)", c->where, KG_ATTN_DMAX);
+    if (c->hq % c->hkv)
+        die(EXIT_USAGE, "%s: --heads %u:%u: query heads must be a multiple of KV heads", c->where, c->hq, c->hkv);
+    if (c->hq > MAX_HEADS) die(EXIT_USAGE, "%s: --heads %u: at most %d query heads", c->where, c->hq, MAX_HEADS);
+    int varlen = c->lens != NULL;
+    if (!varlen) {
+        c->nlens = c->batch ? c->batch : 1;
+        if (c->nlens > MAX_GROUPS) die(EXIT_USAGE, "%s: --batch %zu: at most %d", c->where, c->nlens, MAX_GROUPS);
+        c->lens = xmalloc(2 * c->nlens * sizeof(uint32_t));
+        for (size_t i = 0; i < c->nlens; i++) c->lens[i] = c->seq_q, c->lens[c->nlens + i] = c->seq_k;
+    }
+    uint64_t tq = 0, tk = 0, lo = UINT32_MAX, hi = 0;
+    for (size_t i = 0; i < c->nlens; i++) {
+        tq += c->lens[i], tk += c->lens[c->nlens + i];
+        lo = c->lens[i] < lo ? c->lens[i] : lo, hi = c->lens[i] > hi ? c->lens[i] : hi;
+    }
+    if (tq > MAX_DIM || tk > MAX_DIM || tq * c->hq * c->dim > MAX_ELEMS || tk * c->hkv * c->dim > MAX_ELEMS)
+        die(EXIT_USAGE, "%s: attn with %" PRIu64 " query and %" PRIu64 " key tokens: a tensor would exceed "
+            "%u tokens or %llu elements", c->where, tq, tk, MAX_DIM, (unsigned long long)MAX_ELEMS);
+    char seqs[64];
+    if (varlen) snprintf(seqs, sizeof seqs, "varlen %zu [%" PRIu64 "..%" PRIu64 "]", c->nlens, lo, hi);
+    else snprintf(seqs, sizeof seqs, "b%zu s%u:%u", c->nlens, c->seq_q, c->seq_k);
+    snprintf(c->label, sizeof c->label, "attn %s %s h%u:%u d%u%s%s", DTYPES[c->dt].name, seqs, c->hq,
+             c->hkv, c->dim, c->causal ? " causal" : "", c->bwd ? " bwd" : "");
+}
+
+/* An attention case while it runs: geometry, canonical inputs, device
+ * buffers, which output is which, and the reference's statistics (made on
+ * first use by a backward output). */
+struct attn_case {
+    struct attn_geom g;
+    struct attn_in in;
+    size_t tq, tk, max_sq, max_sk;
+    uint64_t d_q, d_k, d_v, d_do, dcu_q, dcu_k, dsum;  /* device buffers */
+    int o, lse, dq_out, dk_out, dv_out;       /* output indices; -1: none */
+    int stats_ready;
+};
+
+#define ATTN_Q_GAIN 8.0f   /* Q's scale: scores with a spread of ~2.7, a peaked softmax */
+#define ATTN_DO_GAIN 16.0f  /* dO's scale: gradients well above the bf16/f16 atol */
+
+/* The pairs (query, key) a case's mask lets through, over all sequences. */
+static double attn_pairs(const struct attn_geom *g)
+{
+    double n = 0;
+    for (size_t b = 0; b < g->b; b++)
+        for (size_t i = 0; i < g->cu_q[b + 1] - g->cu_q[b]; i++) n += (double)attn_visible(g, b, i);
+    return n;
+}
+
+/* Q is [Tq][Hq][D] with values in [-8, 8] (ATTN_Q_GAIN), K and V are
+ * [Tk][Hkv][D] in [-1, 1]; outputs O [Tq][Hq][D] and LSE [Tq][Hq] (fp32);
+ * with --bwd, dO like O in [-16, 16] (ATTN_DO_GAIN) and outputs dQ, dK, dV in Q's and K's
+ * layouts.  Rows are tokens, columns heads x dims; segments are sequences. */
+static void attn_prepare(struct run *r)
+{
+    const struct kcase *c = r->c;
+    enum dtype t = c->dt;
+    struct attn_case *a = r->attn = run_owned(r, sizeof *a);
+    size_t B = c->nlens, hq = c->hq, hkv = c->hkv, d = c->dim;
+    uint32_t *cu_q = run_owned(r, (B + 1) * sizeof *cu_q), *cu_k = run_owned(r, (B + 1) * sizeof *cu_k);
+    for (size_t b = 0; b < B; b++) {
+        cu_q[b + 1] = cu_q[b] + c->lens[b], cu_k[b + 1] = cu_k[b] + c->lens[B + b];
+        a->max_sq = c->lens[b] > a->max_sq ? c->lens[b] : a->max_sq;
+        a->max_sk = c->lens[B + b] > a->max_sk ? c->lens[B + b] : a->max_sk;
+    }
+    a->tq = cu_q[B], a->tk = cu_k[B];
+    a->g = (struct attn_geom){ B, hq, hkv, d, cu_q, cu_k, c->causal, 0,
+                               c->scale > 0 ? c->scale : 1.0 / sqrt((double)d) };
+    float *q = run_input(r, 1, a->tq * hq * d, t);
+    for (size_t i = 0; i < a->tq * hq * d; i++) q[i] *= ATTN_Q_GAIN;
+    a->in.q = q;
+    a->in.k = run_input(r, 2, a->tk * hkv * d, t);
+    a->in.v = run_input(r, 3, a->tk * hkv * d, t);
+    a->d_q = run_upload(r, a->in.q, a->tq * hq * d, t);
+    a->d_k = run_upload(r, a->in.k, a->tk * hkv * d, t);
+    a->d_v = run_upload(r, a->in.v, a->tk * hkv * d, t);
+    a->dcu_q = run_upload_ints(r, cu_q, B + 1), a->dcu_k = run_upload_ints(r, cu_k, B + 1);
+    double pairs = attn_pairs(&a->g) * (double)hq * (double)d;
+    struct output *o = run_output(r, "O", t, a->tq, hq * d, (int64_t)(hq * d), 1);
+    o->flops = 4 * pairs, o->check_macs = 2 * pairs, o->head_dim = (unsigned)d;
+    o->seg = cu_q, o->nseg = B, o->seg_name = "sequence";
+    a->o = r->nout - 1;
+    o = run_output(r, "LSE", DT_F32, a->tq, hq, (int64_t)hq, 1);
+    o->launch = a->o, o->check_macs = 2 * pairs, o->head_dim = 1;
+    o->seg = cu_q, o->nseg = B, o->seg_name = "sequence";
+    a->lse = r->nout - 1;
+    a->dq_out = a->dk_out = a->dv_out = -1;
+    if (!c->bwd) return;
+    float *dout = run_input(r, 4, a->tq * hq * d, t);
+    for (size_t i = 0; i < a->tq * hq * d; i++) dout[i] *= ATTN_DO_GAIN;
+    a->in.dout = dout;
+    a->d_do = run_upload(r, a->in.dout, a->tq * hq * d, t);
+    a->dsum = run_dev(r, a->tq * hq * sizeof(float) + 4);
+    o = run_output(r, "dQ", t, a->tq, hq * d, (int64_t)(hq * d), 1);
+    o->flops = 10 * pairs, o->check_macs = 3 * pairs, o->head_dim = (unsigned)d, o->grad = 1;
+    o->seg = cu_q, o->nseg = B, o->seg_name = "sequence";
+    a->dq_out = r->nout - 1;
+    const char *names[2] = { "dK", "dV" };
+    for (int i = 0; i < 2; i++) {
+        o = run_output(r, names[i], t, a->tk, hkv * d, (int64_t)(hkv * d), 1);
+        o->launch = a->dq_out, o->check_macs = 4 * pairs, o->head_dim = (unsigned)d, o->grad = 1;
+        o->seg = cu_k, o->nseg = B, o->seg_name = "sequence";
+    }
+    a->dk_out = r->nout - 2, a->dv_out = r->nout - 1;
+}
+
+/* The CPU candidate's attention forward with the mask shifted by `shift`
+ * (0, or 1 for the planted `mask` fault): O into o (raw dt) and lse. */
+static void attn_cpu_fwd(struct run *r, int shift, void *o, float *lse)
+{
+    struct attn_case *a = r->attn;
+    struct attn_geom g = a->g;
+    g.shift = shift;
+    cpu_attn_fwd(&g, r->c->dt, a->in.q, a->in.k, a->in.v, a->tq, o, lse);
+}
+
+/* The CPU candidate's attention backward, mask shifted likewise, from a
+ * forward's O (raw dt) and LSE: dQ, dK, dV into raw dt storage. */
+static void attn_cpu_bwd(struct run *r, int shift, const void *o, const float *lse, void *dq, void *dk,
+                         void *dv)
+{
+    struct attn_case *a = r->attn;
+    struct attn_geom g = a->g;
+    enum dtype t = r->c->dt;
+    g.shift = shift;
+    float *of = run_decode(t, o, a->tq, g.hq * g.d, (int64_t)(g.hq * g.d), 1);
+    cpu_attn_bwd(&g, t, a->in.q, a->in.k, a->in.v, of, a->in.dout, lse, a->tq, a->tk, dq, dk, dv);
+    free(of);
+}
+
+/* The forward (owner O: O and LSE) or the backward (owner dQ: dQ, dK, dV)
+ * of an attention case.  GPU: kg_attn_fwd_<dt>; kg_attn_bwd_pre_<dt>, then
+ * kg_attn_bwd_dkdv_<dt> and kg_attn_bwd_dq_<dt>, reading the forward's O and
+ * LSE; 256 threads, grid (ceil(longest sequence / 16), heads, sequences), the
+ * kernels striding over their own tiles.  CPU: ref.c's flash-style candidate
+ * on the canonical inputs (the values the device buffers hold). */
+static void attn_launch(struct run *r, int o)
+{
+    static const char *const fwd[DT_COUNT] = { NULL, "kg_attn_fwd_f16", "kg_attn_fwd_bf16" };
+    static const char *const pre[DT_COUNT] = { NULL, "kg_attn_bwd_pre_f16", "kg_attn_bwd_pre_bf16" };
+    static const char *const dkdv[DT_COUNT] = { NULL, "kg_attn_bwd_dkdv_f16", "kg_attn_bwd_dkdv_bf16" };
+    static const char *const dq[DT_COUNT] = { NULL, "kg_attn_bwd_dq_f16", "kg_attn_bwd_dq_bf16" };
+    struct attn_case *a = r->attn;
+    enum dtype t = r->c->dt;
+    struct output *O = &r->out[a->o], *L = &r->out[a->lse];
+    if (r->d->kind == DEV_CPU) {
+        void *ob = (void *)(uintptr_t)O->buf;
+        float *lb = (float *)(uintptr_t)L->buf;
+        if (o == a->o) attn_cpu_fwd(r, 0, ob, lb);
+        else attn_cpu_bwd(r, 0, ob, lb, (void *)(uintptr_t)r->out[a->dq_out].buf,
+                          (void *)(uintptr_t)r->out[a->dk_out].buf, (void *)(uintptr_t)r->out[a->dv_out].buf);
+        return;
+    }
+    int B = (int)a->g.b, hq = (int)a->g.hq, hkv = (int)a->g.hkv, d = (int)a->g.d, causal = a->g.causal;
+    int tq = (int)a->tq;
+    float scale = (float)a->g.scale;
+    unsigned gq = (unsigned)((a->max_sq + 15) / 16), gk = (unsigned)((a->max_sk + 15) / 16);
+    if (o == a->o) {
+        void *params[] = { &a->d_q, &a->d_k, &a->d_v, &O->buf, &L->buf, &a->dcu_q, &a->dcu_k, &B, &hq, &hkv, &d,
+                           &scale, &causal };
+        gpu_launch(r->d, fwd[t], gq, (unsigned)hq, (unsigned)B, 256, params);
+        return;
+    }
+    uint64_t dQ = r->out[a->dq_out].buf, dK = r->out[a->dk_out].buf, dV = r->out[a->dv_out].buf;
+    void *pp[] = { &O->buf, &a->d_do, &a->dsum, &tq, &hq, &d };
+    gpu_launch(r->d, pre[t], (unsigned)((a->tq * a->g.hq + 255) / 256), 1, 1, 256, pp);
+    void *kp[] = { &a->d_q, &a->d_k, &a->d_v, &a->d_do, &L->buf, &a->dsum, &dK, &dV, &a->dcu_q, &a->dcu_k, &B, &hq,
+                   &hkv, &d, &scale, &causal };
+    gpu_launch(r->d, dkdv[t], gk, (unsigned)hkv, (unsigned)B, 256, kp);
+    void *qp[] = { &a->d_q, &a->d_k, &a->d_v, &a->d_do, &L->buf, &a->dsum, &dQ, &a->dcu_q, &a->dcu_k, &B, &hq,
+                   &hkv, &d, &scale, &causal };
+    gpu_launch(r->d, dq[t], gq, (unsigned)hq, (unsigned)B, 256, qp);
+}
+
+/* --- attention references: (token, head) units --- */
+
+enum attn_which { AW_O, AW_LSE, AW_DQ, AW_DK, AW_DV };
+
+struct attn_ref_job {
+    struct run *r;
+    enum attn_which which;
+    const struct output *o;
+    const struct plan *p;
+    struct refs *f;
+    size_t heads, uc;             /* units per row; columns per unit */
+    const uint32_t *col_rows;     /* rows checked on the plan's columns only */
+    size_t ncol_rows;
+    size_t col_head;
+};
+
+/* One unit's double and same-precision values (uc of each). */
+static void attn_unit(const struct attn_ref_job *j, size_t tok, size_t head, double *ref, float *lp)
+{
+    struct attn_case *a = j->r->attn;
+    enum dtype t = j->r->c->dt;
+    double o[KG_ATTN_DMAX], lse, other[KG_ATTN_DMAX];
+    float o_lp[KG_ATTN_DMAX], lse_lp, other_lp[KG_ATTN_DMAX];
+    switch (j->which) {
+    case AW_O: attn_ref_fwd(&a->g, &a->in, t, tok, head, ref, &lse, lp, &lse_lp); break;
+    case AW_LSE: attn_ref_fwd(&a->g, &a->in, t, tok, head, o, ref, o_lp, lp); break;
+    case AW_DQ: attn_ref_dq(&a->g, &a->in, t, tok, head, ref, lp); break;
+    case AW_DK: attn_ref_dkdv(&a->g, &a->in, t, tok, head, ref, other, lp, other_lp); break;
+    case AW_DV: attn_ref_dkdv(&a->g, &a->in, t, tok, head, other, ref, other_lp, lp); break;
+    }
+}
+
+/* Work item i: the units of the plan's rows (row by head), then the units
+ * of the rows checked only on the plan's columns (one head). */
+static void attn_ref_item(void *ctx, size_t i)
+{
+    const struct attn_ref_job *j = ctx;
+    const struct plan *p = j->p;
+    double ref[KG_ATTN_DMAX];
+    float lp[KG_ATTN_DMAX];
+    size_t cols = j->o->cols;
+    if (i < p->nr * j->heads) {
+        size_t pr = i / j->heads, h = i % j->heads;
+        attn_unit(j, p->rows[pr], h, ref, lp);
+        for (size_t c = 0; c < j->uc; c++)
+            j->f->ref_r[pr * cols + h * j->uc + c] = ref[c], j->f->lp_r[pr * cols + h * j->uc + c] = lp[c];
+        return;
+    }
+    size_t row = j->col_rows[i - p->nr * j->heads];
+    attn_unit(j, row, j->col_head, ref, lp);
+    for (size_t c = 0; c < p->nc; c++) {
+        size_t u = p->cols[c] - j->col_head * j->uc;
+        j->f->ref_c[row * p->nc + c] = ref[u], j->f->lp_c[row * p->nc + c] = lp[u];
+    }
+}
+
+/* The backward references' statistics (LSE and rowsum(dO·O) of every query
+ * row, in double and in lp), made once per case. */
+static void attn_stats_item(void *ctx, size_t u)
+{
+    struct run *r = ctx;
+    attn_ref_stats(&r->attn->g, &r->attn->in, r->c->dt, u / r->attn->g.hq, u % r->attn->g.hq);
+}
+
+static void attn_stats(struct run *r)
+{
+    struct attn_case *a = r->attn;
+    if (a->stats_ready) return;
+    size_t n = a->tq * a->g.hq;
+    a->in.lse_ref = run_owned(r, n * sizeof(double)), a->in.dsum_ref = run_owned(r, n * sizeof(double));
+    a->in.lse_lp = run_owned(r, n * sizeof(float)), a->in.dsum_lp = run_owned(r, n * sizeof(float));
+    par_for(n, attn_stats_item, r);
+    a->stats_ready = 1;
+}
+
+/* The references of attention output o on plan p: each needed (token, head)
+ * unit computed once, in double and in lp together (ref.c). */
+static void attn_reference(struct run *r, int o, const struct plan *p, struct refs *f)
+{
+    struct attn_case *a = r->attn;
+    const struct output *out = &r->out[o];
+    struct attn_ref_job j = { r, AW_O, out, p, f, 0, out->head_dim, NULL, 0, 0 };
+    j.which = o == a->o ? AW_O : o == a->lse ? AW_LSE : o == a->dq_out ? AW_DQ : o == a->dk_out ? AW_DK : AW_DV;
+    j.heads = out->cols / j.uc;
+    double t0 = now_s();
+    if (j.which >= AW_DQ) attn_stats(r);
+    uint32_t *col_rows = xmalloc((out->rows + 1) * sizeof *col_rows);
+    if (p->nc) {
+        j.col_head = p->cols[0] / j.uc;
+        for (size_t i = 0; i < out->rows; i++)
+            if (!p->row_in[i]) col_rows[j.ncol_rows++] = (uint32_t)i;
+    }
+    j.col_rows = col_rows;
+    par_for(p->nr * j.heads + j.ncol_rows, attn_ref_item, &j);
+    free(col_rows);
+    f->ref_s = now_s() - t0, f->lp_s = -1;
+}
+
+/* --- its planted fault --- */
+
+/* Replace the output by what a kernel whose causal mask is shifted by one
+ * (each query sees one key more) computes: the CPU candidate so shifted. */
+static void attn_inj_mask(struct inject_ctx *x)
+{
+    struct run *r = x->r;
+    struct attn_case *a = r->attn;
+    enum dtype t = r->c->dt;
+    size_t es = DTYPES[t].bytes, qe = a->tq * a->g.hq * a->g.d, ke = a->tk * a->g.hkv * a->g.d;
+    void *o = xmalloc(qe * es), *dq = xmalloc(qe * es), *dk = xmalloc(ke * es), *dv = xmalloc(ke * es);
+    float *lse = xmalloc((a->tq * a->g.hq + 1) * sizeof(float));
+    int bwd = x->oi == a->dq_out || x->oi == a->dk_out || x->oi == a->dv_out;
+    attn_cpu_fwd(r, 1, o, lse);
+    if (bwd) attn_cpu_bwd(r, 1, o, lse, dq, dk, dv);
+    const void *src = x->oi == a->o ? o : x->oi == a->lse ? (void *)lse : x->oi == a->dq_out ? dq
+                    : x->oi == a->dk_out ? dk : dv;
+    const struct output *p = x->o;
+    for (size_t i = 0; i < p->rows * p->cols; i++) x->out[i] = dt_load(p->dt, src, i);
+    free(o), free(dq), free(dk), free(dv), free(lse);
+}
+
+static const char *attn_inj_unfit(const struct kcase *c)
+{
+    return strcmp(c->op->name, "attn") != 0 || !c->causal ? "needs a causal attn case" : NULL;
+}

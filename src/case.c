@@ -1,0 +1,159 @@
+/* src/case.c — one case: an op with its dtype, layout, shape and options
+ * (struct kcase), the row type every op fills (struct op), and the parsers
+ * the ops' options share.  Relies on util.c and ref.c (dtypes, formats). */
+
+/* Low precision: how a block of values gets one scale (--scaling), and
+ * which fp8 encoding a case uses (--fp8; the device's until it is known). */
+enum qscaling { QS_TENSOR, QS_ROW, QS_BLOCK, QS_MX };
+static const char *const QSCALING[] = { "tensor", "row", "block", "mx" };
+enum fp8_enc { ENC_DEVICE, ENC_OCP, ENC_FNUZ };
+
+/* One case: an op with its dtype, layout, shape and options. */
+struct kcase {
+    const struct op *op;
+    enum dtype dt;
+    char layout[3];               /* gemm: A then B; N = as in C = A·B, T = transposed */
+    uint32_t m, n, k;             /* gemm: M x N x K; grouped: N and K (M = the groups' sum) */
+    int bwd;
+    uint32_t *lens;               /* grouped: G group sizes; attn: B query then B key lengths */
+    size_t nlens;                 /* G, or B */
+    uint32_t batch, seq_q, seq_k; /* attn, fixed length: --batch B --seq Sq[:Sk] */
+    uint32_t hq, hkv, dim;        /* attn: query and KV heads, head dim */
+    int causal;
+    double scale;                 /* attn: softmax scale; 0 = 1/sqrt(dim) */
+    enum qfmt qfmt;               /* low precision: the inputs' element format (Q_NONE: dt in and out) */
+    enum fp8_enc enc;             /* low precision: OCP or FNUZ (E4M3/E5M2 become the FNUZ formats) */
+    enum qscaling scaling;
+    int mx;                       /* low precision: MX blocks of 32 with E8M0 scales */
+    enum qrule qrule;             /* MX: QR_MX_SPEC or QR_MX_UP */
+    unsigned q_given;             /* Q_GIVEN_* bits: low-precision options that were given */
+    char where[320];              /* "shapes.txt:12" or "command line", for messages */
+    char label[160];              /* "gemm bf16 NT 4096x4096x4096 bwd" */
+};
+
+struct run;
+struct plan;
+struct refs;
+
+/* An op is a row of this table: how to read its options, check a case, make
+ * its inputs and outputs, launch the kernels of one output, and compute the
+ * reference of one output on a check plan. */
+struct op {
+    const char *name;
+    /* Apply option `key` (value `val`, NULL for a flag); return 1 if the value
+     * was used, 0 if `key` is a flag, -1 if `key` is not an option of this op.
+     * Bad values exit 2 naming c->where. */
+    int (*set)(struct kcase *c, const char *key, const char *val);
+    /* Check that the case is complete and sane (exit 2 if not); fill c->label. */
+    void (*finish)(struct kcase *c);
+    /* Make seeded inputs, upload them, allocate outputs (struct run). */
+    void (*prepare)(struct run *r);
+    /* Queue the kernels that compute output `o` and the outputs launched with
+     * it (on the CPU device: compute them). */
+    void (*launch)(struct run *r, int o);
+    /* The double and same-precision references of output `o` on plan `p`. */
+    void (*reference)(struct run *r, int o, const struct plan *p, struct refs *f);
+};
+
+static int case_parse_dtype(const char *s, enum dtype *out)
+{
+    static const char *const alias[][2] = { { "fp32", "f32" }, { "float32", "f32" },
+                                            { "fp16", "f16" }, { "half", "f16" },
+                                            { "float16", "f16" }, { "bfloat16", "bf16" } };
+    for (size_t i = 0; i < sizeof alias / sizeof *alias; i++)
+        if (strcmp(s, alias[i][0]) == 0) s = alias[i][1];
+    for (int t = 0; t < DT_COUNT; t++)
+        if (strcmp(s, DTYPES[t].name) == 0) { *out = (enum dtype)t; return 0; }
+    return -1;
+}
+
+/* Parse "AxBxC..." into exactly `n` dimensions, each in [1, MAX_DIM]; on
+ * failure exit 2 with a line that says what is wrong. */
+static void case_parse_dims(const struct kcase *c, const char *flag, const char *s, int n, uint32_t *dims,
+                       const char *form)
+{
+    char buf[128];
+    if (strlen(s) >= sizeof buf) die(EXIT_USAGE, "%s: %s %.40s...: too long", c->where, flag, s);
+    snprintf(buf, sizeof buf, "%s", s);
+    int got = 0;
+    char *save = NULL;
+    for (char *tok = strtok_r(buf, "x", &save); tok; tok = strtok_r(NULL, "x", &save)) {
+        uint64_t v;
+        if (got == n) die(EXIT_USAGE, "%s: %s %s: expected %s", c->where, flag, s, form);
+        if (parse_u64(tok, 0, UINT64_MAX, &v) != 0)
+            die(EXIT_USAGE, "%s: %s %s: '%s' is not a whole number (expected %s)", c->where, flag,
+                s, tok, form);
+        if (v == 0) die(EXIT_USAGE, "%s: %s %s: every dimension must be at least 1", c->where, flag, s);
+        if (v > MAX_DIM)
+            die(EXIT_USAGE, "%s: %s %s: %" PRIu64 " exceeds the largest dimension kgate takes (%u)",
+                c->where, flag, s, v, MAX_DIM);
+        dims[got++] = (uint32_t)v;
+    }
+    size_t len = strlen(s);
+    if (got != n || s[0] == 'x' || s[len - 1] == 'x' || strstr(s, "xx"))
+        die(EXIT_USAGE, "%s: %s %s: expected %s", c->where, flag, s, form);
+}
+
+/* Parse "A" or "A:B" (pairs) into whole numbers in [lo, MAX_DIM]; *b = *a
+ * when no ":B" is given.  Exit 2 naming the flag on anything else. */
+static void case_parse_pair(const struct kcase *c, const char *flag, const char *s, int pairs, uint32_t lo,
+                       uint32_t *a, uint32_t *b)
+{
+    char buf[64];
+    const char *colon = pairs ? strchr(s, ':') : NULL;
+    size_t n = colon ? (size_t)(colon - s) : strlen(s);
+    uint64_t v, w;
+    if (n >= sizeof buf) die(EXIT_USAGE, "%s: %s %.40s...: too long", c->where, flag, s);
+    snprintf(buf, sizeof buf, "%.*s", (int)n, s);
+    if (parse_u64(buf, lo, MAX_DIM, &v) != 0 || (colon && parse_u64(colon + 1, lo, MAX_DIM, &w) != 0))
+        die(EXIT_USAGE, "%s: %s %s: expected %s, each a whole number from %u to %u", c->where, flag, s,
+            pairs ? "N or N:M" : "a whole number", lo, MAX_DIM);
+    *a = (uint32_t)v, *b = colon ? (uint32_t)w : (uint32_t)v;
+}
+
+/* Parse a comma-separated list ("0,4096,1" or, with pairs, "5:7,0,3:1")
+ * into c->lens: the first entries of each item, then (pairs) the second
+ * entries, c->nlens items, at most MAX_GROUPS. */
+static void case_parse_lens(struct kcase *c, const char *flag, const char *s, int pairs)
+{
+    size_t n = 1;
+    for (const char *p = s; *p; p++) n += *p == ',';
+    if (n > MAX_GROUPS) die(EXIT_USAGE, "%s: %s: %zu entries, at most %d", c->where, flag, n, MAX_GROUPS);
+    if (!*s || s[0] == ',' || s[strlen(s) - 1] == ',' || strstr(s, ",,"))
+        die(EXIT_USAGE, "%s: %s %s: expected a comma-separated list of whole numbers", c->where, flag, s);
+    free(c->lens);
+    c->lens = xmalloc(2 * n * sizeof(uint32_t));
+    c->nlens = n;
+    const char *p = s;
+    for (size_t i = 0; i < n; i++) {
+        char item[64];
+        size_t len = strcspn(p, ",");
+        if (len >= sizeof item) die(EXIT_USAGE, "%s: %s: entry '%.20s...' too long", c->where, flag, p);
+        snprintf(item, sizeof item, "%.*s", (int)len, p);
+        case_parse_pair(c, flag, item, pairs, 0, &c->lens[i], &c->lens[n + i]);
+        p += len + 1;
+    }
+}
+
+static void case_set_dtype(struct kcase *c, const char *val, int allow_f32)
+{
+    if (!val || case_parse_dtype(val, &c->dt) != 0 || (!allow_f32 && c->dt == DT_F32))
+        die(EXIT_USAGE, "%s: --dtype %s: unknown dtype for %s (%s)", c->where, val ? val : "",
+            c->op->name, allow_f32 ? "f32, f16, bf16" : "f16, bf16");
+}
+
+static void case_init(struct kcase *c, const struct op *op, const char *where)
+{
+    memset(c, 0, sizeof *c);
+    c->op = op;
+    c->dt = DT_BF16;
+    c->qfmt = Q_NONE;
+    memcpy(c->layout, "NT", 3);
+    snprintf(c->where, sizeof c->where, "%s", where);
+}
+
+static void case_free(struct kcase *c)
+{
+    free(c->lens);
+    c->lens = NULL;
+}

@@ -1,0 +1,437 @@
+/* src/compile.c — code objects: the run-time compiler (NVRTC or hiprtc) or
+ * an offline clang, run in a child process, behind an on-disk cache keyed by
+ * source, options and compiler; and the arms, the builds of the kernels a
+ * command runs side by side.  Relies on util.c, gpu.c and options.c. */
+
+/* A compiled code object and where it came from. */
+struct code_obj {
+    char *data;
+    size_t size;
+    char sha[65];              /* sha256 of the code object: its identity */
+    char key[65];              /* cache key: source, options, arch, compiler */
+    char bin_path[PATH_MAX], log_path[PATH_MAX];
+    int cached;                /* 1 = read from the cache, not compiled now */
+    double seconds;            /* compile time when compiled now */
+};
+
+/* $KGATE_CACHE, else $XDG_CACHE_HOME/kgate, else ~/.cache/kgate. */
+static const char *cache_dir(void)
+{
+    static char dir[PATH_MAX];
+    const char *env = getenv("KGATE_CACHE"), *xdg = getenv("XDG_CACHE_HOME"),
+               *home = getenv("HOME");
+    if (env && *env) snprintf(dir, sizeof dir, "%s", env);
+    else if (xdg && *xdg) snprintf(dir, sizeof dir, "%s/kgate", xdg);
+    else if (home && *home) snprintf(dir, sizeof dir, "%s/.cache/kgate", home);
+    else snprintf(dir, sizeof dir, ".kgate-cache");
+    return dir;
+}
+
+/* In a compiler's child process: the crash or hang that tests plant with
+ * $KGATE_TEST_COMPILER (crash|hang); nothing otherwise. */
+static void compiler_test_hook(void)
+{
+    const char *hook = getenv("KGATE_TEST_COMPILER");
+    if (hook && strcmp(hook, "crash") == 0) raise(SIGSEGV);
+    if (hook && strcmp(hook, "hang") == 0) for (;;) pause();
+}
+
+/* The compiler's child process: compile, write the log and (on success) the
+ * code object into the cache, exit 0 (compiled), 1 (compile error) or 2
+ * (could not run the compiler).  Runs after fork(), so a crash or hang of the
+ * compiler takes only this process down. */
+static int compile_child(const struct rtc *c, const char *src, const char *name,
+                         const char *const *opts, int nopts, const struct code_obj *co)
+{
+    compiler_test_hook();
+    void *prog = NULL;
+    int r = c->create(&prog, src, name, 0, NULL, NULL);
+    if (r != 0) {
+        const char *msg = c->err_string(r);
+        write_file_atomic(co->log_path, msg, strlen(msg));
+        return 2;
+    }
+    int cr = c->compile(prog, nopts, opts);
+    size_t n = 0;
+    c->log_size(prog, &n);
+    char *log = xcalloc(1, n + 1);
+    if (n) c->log(prog, log);
+    write_file_atomic(co->log_path, log, strlen(log));
+    free(log);
+    if (cr != 0) return 1;
+    if (c->code_size(prog, &n) != 0 || n == 0) return 2;
+    char *code = xmalloc(n);
+    if (c->code(prog, code) != 0 || write_file_atomic(co->bin_path, code, n) != 0) return 2;
+    free(code);
+    c->destroy(&prog);
+    return 0;
+}
+
+/* Print up to `max_lines` lines of the compile log to stderr. */
+static void print_log_head(const char *path, int max_lines)
+{
+    char *log = read_file(path, NULL);
+    if (!log) return;
+    char *p = log;
+    for (int i = 0; i < max_lines && *p; i++) {
+        size_t n = strcspn(p, "\n");
+        fprintf(stderr, "  | %.*s\n", (int)n, p);
+        p += n + (p[n] == '\n');
+    }
+    free(log);
+}
+
+/* Fork a compiler's child process: 0 in the child, its pid in the parent;
+ * exits 5 if there can be no child. */
+static pid_t compile_fork(void)
+{
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid < 0) die(EXIT_DEVICE, "cannot fork the compiler: %s", strerror(errno));
+    return pid;
+}
+
+/* Wait for the compiler child (exit status 0 compiled, 1 compile error,
+ * other: could not run) and return the seconds it took; exit 5 with one
+ * clear line if it crashed, hung past $KGATE_COMPILE_TIMEOUT seconds
+ * (default 600), or failed. */
+static double compile_wait(pid_t pid, const char *what, const struct code_obj *co)
+{
+    const char *env = getenv("KGATE_COMPILE_TIMEOUT");
+    double limit = env ? atof(env) : 600.0, t0 = now_s();
+    int status = 0;
+    for (;;) {
+        pid_t w = waitpid(pid, &status, WNOHANG);
+        if (w == pid) break;
+        if (w < 0 && errno != EINTR) die(EXIT_DEVICE, "waiting for the compiler: %s", strerror(errno));
+        if (now_s() - t0 > limit) {
+            kill(pid, SIGKILL);
+            waitpid(pid, &status, 0);
+            die(EXIT_DEVICE, "compiler hung: no result after %.0f s compiling %s; killed", limit, what);
+        }
+        usleep(2000);
+    }
+    const char *log = access(co->log_path, R_OK) == 0 ? co->log_path : "none written";
+    if (WIFSIGNALED(status))
+        die(EXIT_DEVICE, "compiler crashed with signal %d (%s) compiling %s (log: %s)",
+            WTERMSIG(status), strsignal(WTERMSIG(status)), what, log);
+    int code = WIFEXITED(status) ? WEXITSTATUS(status) : 2;
+    if (code == 1) {
+        fprintf(stderr, "kgate: %s does not compile; compiler log (%s):\n", what, co->log_path);
+        print_log_head(co->log_path, 40);
+        exit(EXIT_DEVICE);
+    }
+    if (code != 0) die(EXIT_DEVICE, "compiler failed to run on %s (log: %s)", what, log);
+    return now_s() - t0;
+}
+
+/* Name the cache entry of a compile: co's key is a hash of the compiler's
+ * identity `ident` ("NVRTC 13.0", clang's version line), the source and the
+ * options, its paths sit in cache_dir().  Reads the cached code object when
+ * there is one: returns 1 if there was, 0 if it must be compiled into
+ * co->bin_path.  Exits if the cache directory cannot be made. */
+static int cache_lookup(const char *ident, const char *src, const char *const *opts, int nopts,
+                        struct code_obj *co)
+{
+    struct sha256 h;
+    sha256_init(&h);
+    char ver[256];
+    snprintf(ver, sizeof ver, "kgate-cache-1 %s", ident);
+    sha256_update(&h, ver, strlen(ver) + 1);
+    sha256_update(&h, src, strlen(src) + 1);
+    for (int i = 0; i < nopts; i++) sha256_update(&h, opts[i], strlen(opts[i]) + 1);
+    sha256_hex(&h, co->key);
+
+    const char *dir = cache_dir();
+    if (mkdir_p(dir) != 0) die(EXIT_DEVICE, "cannot create the cache directory %s: %s", dir, strerror(errno));
+    if (snprintf(co->bin_path, sizeof co->bin_path, "%s/%s.bin", dir, co->key) >= PATH_MAX ||
+        snprintf(co->log_path, sizeof co->log_path, "%s/%s.log", dir, co->key) >= PATH_MAX)
+        die(EXIT_USAGE, "cache directory path too long: %s", dir);
+    co->data = read_file(co->bin_path, &co->size);
+    co->cached = co->data != NULL;
+    return co->cached;
+}
+
+/* After cache_lookup and, when it missed, a compile into co->bin_path: read
+ * the code object, hash it (its identity), and say on stderr where it came
+ * from.  Exits 5 if the compile left no code object. */
+static void cache_finish(const char *what, struct code_obj *co)
+{
+    if (!co->data) co->data = read_file(co->bin_path, &co->size);
+    if (!co->data) die(EXIT_DEVICE, "compiled %s but cannot read %s", what, co->bin_path);
+    struct sha256 h;
+    sha256_init(&h);
+    sha256_update(&h, co->data, co->size);
+    sha256_hex(&h, co->sha);
+    if (co->cached)
+        fprintf(stderr, "kgate: %s: cached code object %.12s (%s)\n", what, co->sha, co->bin_path);
+    else
+        fprintf(stderr, "kgate: %s: compiled in %.2f s, code object %.12s (%s)\n", what,
+                co->seconds, co->sha, co->bin_path);
+}
+
+/* Compile `src` for `arch` with the run-time compiler `c` of platform pf, or
+ * take the code object from the on-disk cache (keyed by a hash of source,
+ * options, arch and compiler version).  The compile runs in a child process.
+ * `name` names the source in messages.  Exits 5 on any failure. */
+static void compile_source(const struct rtc *c, enum platform pf, const char *src,
+                           const char *name, const char *arch, const char *const *extra,
+                           int nextra, struct code_obj *co)
+{
+    const char *opts[64];
+    char archopt[128];
+    int nopts = 0;
+    snprintf(archopt, sizeof archopt, "%s=%s",
+             pf == PF_CUDA ? "--gpu-architecture" : "--offload-arch", arch);
+    opts[nopts++] = archopt;
+    if (pf == PF_HIP) opts[nopts++] = "-O3";
+    for (int i = 0; i < nextra && nopts < 64; i++) opts[nopts++] = extra[i];
+
+    int ma = 0, mi = 0;
+    c->version(&ma, &mi);
+    char ident[64], what[256];
+    snprintf(ident, sizeof ident, "%s %d.%d", RTC_NAME[pf], ma, mi);
+    snprintf(what, sizeof what, "%s for %s with %s", name, arch, ident);
+    if (!cache_lookup(ident, src, opts, nopts, co)) {
+        pid_t pid = compile_fork();
+        if (pid == 0) _exit(compile_child(c, src, name, opts, nopts, co));
+        co->seconds = compile_wait(pid, what, co);
+    }
+    cache_finish(what, co);
+}
+
+/* --- the offline compiler of HIP device code for AMD (no hiprtc) --- */
+
+/* Offline compilers of HIP device code for AMD, tried in order when no
+ * hiprtc loads (kernels.hip's prelude covers clang without HIP headers). */
+static const char *const HIP_CLANG[] = { "/opt/rocm/llvm/bin/clang", "clang-20", "clang-19", NULL };
+
+/* The first line of `clang --version`: the compiler's identity in the cache
+ * key.  Exits 5 if clang does not answer. */
+static void clang_ident(const char *clang, char *out, size_t n)
+{
+    const char *argv[] = { clang, "--version", NULL };
+    pid_t pid;
+    FILE *f = tool_open(argv, &pid);
+    if (!f) die(EXIT_DEVICE, "cannot run %s: %s", clang, strerror(errno));
+    int got = tool_line(f, out, n);
+    if (tool_close(f, pid) != 0 || !got || !*out) die(EXIT_DEVICE, "%s --version failed", clang);
+}
+
+/* The offline compiler's child process: exec argv (argv[0] a path) with
+ * stdout and stderr into the compile log; 2 (could not run) if it cannot. */
+static int clang_child(const char *const *argv, const char *log_path)
+{
+    compiler_test_hook();
+    int fd = open(log_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd < 0) return 2;
+    exec_into(fd, argv);
+    dprintf(STDERR_FILENO, "cannot run %s: %s\n", argv[0], strerror(errno));
+    return 2;
+}
+
+/* Compile `src` for AMD `arch` with the offline compiler `clang` (a path):
+ * device code only, no HIP headers (kernels.hip's bare-clang prelude), -O3,
+ * plus `extra` options.  Same cache as compile_source, keyed by clang's
+ * version line, the source (with a #line naming it) and the options; that
+ * source is written beside the code object.  The compile runs in a child process, with
+ * compile_source's crash, hang and error handling (exit 5). */
+static void compile_clang(const char *clang, const char *src, const char *name, const char *arch,
+                          const char *const *extra, int nextra, struct code_obj *co)
+{
+    char archopt[128], ident[200], what[PATH_MAX + 600];
+    snprintf(archopt, sizeof archopt, "--offload-arch=%s", arch);
+    /* -fuse-cuid=none: no symbol named after the path of the source's copy,
+     * so the code object is the same wherever the cache is. */
+    const char *opts[64] = { "-x", "hip", archopt, "-nogpulib", "-nogpuinc", "--cuda-device-only",
+                             "--no-gpu-bundle-output", "-fuse-cuid=none", "-O3" };
+    int nopts = 9;
+    for (int i = 0; i < nextra && nopts < 64; i++) opts[nopts++] = extra[i];
+    clang_ident(clang, ident, sizeof ident);
+    snprintf(what, sizeof what, "%s for %s with %s (%s)", name, arch, clang, ident);
+    size_t len = strlen(src) + strlen(name) + 32;
+    char *text = xmalloc(len);   /* what clang reads: messages (and the code object) name the source */
+    len = (size_t)snprintf(text, len, "#line 1 \"%s\"\n%s", strpbrk(name, "\"\\\n") ? "source" : name, src);
+    if (!cache_lookup(ident, text, opts, nopts, co)) {
+        char src_path[PATH_MAX + 8], out_path[PATH_MAX + 32];
+        snprintf(src_path, sizeof src_path, "%.*s.hip", (int)strlen(co->bin_path) - 4, co->bin_path);
+        snprintf(out_path, sizeof out_path, "%s.tmp.%d", co->bin_path, (int)getpid());
+        if (write_file_atomic(src_path, text, len) != 0)
+            die(EXIT_DEVICE, "cannot write %s: %s", src_path, strerror(errno));
+        const char *argv[64 + 5];
+        int n = 0;
+        argv[n++] = clang;
+        for (int i = 0; i < nopts; i++) argv[n++] = opts[i];
+        argv[n++] = src_path, argv[n++] = "-o", argv[n++] = out_path, argv[n] = NULL;
+        pid_t pid = compile_fork();
+        if (pid == 0) _exit(clang_child(argv, co->log_path));
+        co->seconds = compile_wait(pid, what, co);
+        if (rename(out_path, co->bin_path) != 0)
+            die(EXIT_DEVICE, "%s compiled %s but wrote no %s", clang, name, out_path);
+    }
+    free(text);
+    cache_finish(what, co);
+}
+
+/* --- arms: the builds a command runs side by side --- */
+
+/* One build of the kernels: the reference arm (kernels.hip as shipped) or a
+ * candidate (--variant NAME with -D definitions, or a --kernels FILE).  Its
+ * identity is the sha256 of its code object.  The CPU device compiles
+ * nothing and always runs ref.c's candidate; there an arm's identity is the
+ * sha256 of its source and options, so that the ledger and the budget work
+ * the same way without a GPU. */
+struct arm {
+    char name[64];                /* "reference", or the --variant name */
+    const char *src, *src_name;   /* the source text and what to call it */
+    char *defines[MAX_DEFINES + 1]; /* "-DNAME=VALUE", owned */
+    int ndefines;
+    char options[1024];           /* the definitions as one line, for reports and the ledger */
+    int candidate, diagnostic;
+    int copy;                     /* the A/A copy of another arm (noise, compare) */
+    struct code_obj code;
+    void *module;                 /* GPU: the loaded code object */
+    struct kfns kfns;
+    int tile_m, tile_n;           /* the GEMM tile it publishes (kg_gemm_tile_m/_n; 64 if absent) */
+    int sm90_smem;                /* kg_gemm_sm90_smem: > 0 = it has the sm_90a GEMM, with this much dynamic smem */
+    int sm90_tile_m, sm90_tile_n; /* that GEMM's tile */
+    int sm90_cluster;             /* its blocks per cluster (1 or 2) */
+    int sm90_pack;                /* 1: operands TMA cannot read are packed first (kg_pack_rows) */
+};
+
+/* Add the definition "NAME[=VALUE]" to arm a. */
+static void arm_define(struct arm *a, const char *def)
+{
+    if (a->ndefines == MAX_DEFINES) die(EXIT_USAGE, "at most %d -D definitions", MAX_DEFINES);
+    size_t n = strlen(def) + 3;
+    a->defines[a->ndefines] = xmalloc(n);
+    snprintf(a->defines[a->ndefines++], n, "-D%s", def);
+    size_t used = strlen(a->options);
+    snprintf(a->options + used, sizeof a->options - used, "%s-D%s", used ? " " : "", def);
+}
+
+/* The CPU device's stand-in for a code object: the sha256 of the arm's
+ * source and definitions. */
+static void arm_hash_cpu(struct arm *a)
+{
+    struct sha256 h;
+    sha256_init(&h);
+    sha256_update(&h, "kgate-cpu-arm", 14);
+    sha256_update(&h, a->src, strlen(a->src) + 1);
+    for (int i = 0; i < a->ndefines; i++) sha256_update(&h, a->defines[i], strlen(a->defines[i]) + 1);
+    sha256_hex(&h, a->code.sha);
+}
+
+/* Make arm a's kernels the ones that launch on d. */
+static void arm_use(struct device *d, struct arm *a)
+{
+    d->arm = a;
+    d->module = a->module;
+    d->kfns = &a->kfns;
+}
+
+/* Build arm a for device d: compile (or take from the cache) and load its
+ * code object, and read the GEMM tile it publishes; on the CPU, hash it. */
+static void arm_build(struct device *d, struct arm *a)
+{
+    a->tile_m = a->tile_n = 64;
+    a->sm90_smem = 0;
+    if (d->kind == DEV_CPU) { arm_hash_cpu(a); return; }
+    compile_source(&d->rtc, d->pf, a->src, a->src_name, d->arch, (const char *const *)a->defines,
+                   a->ndefines, &a->code);
+    gpu_check(d, d->rt.module_load(&a->module, a->code.data), "loading the code object");
+    arm_use(d, a);
+    a->tile_m = module_int(d, "kg_gemm_tile", "_m", 64);
+    a->tile_n = module_int(d, "kg_gemm_tile", "_n", 64);
+    if (a->tile_m < 1 || a->tile_n < 1 || a->tile_m > 4096 || a->tile_n > 4096)
+        die(EXIT_DEVICE, "%s publishes a GEMM tile of %dx%d", a->src_name, a->tile_m, a->tile_n);
+    a->sm90_smem = module_int(d, "kg_gemm_sm90", "_smem", 0);
+    a->sm90_tile_m = module_int(d, "kg_gemm_sm90", "_tile_m", 0);
+    a->sm90_tile_n = module_int(d, "kg_gemm_sm90", "_tile_n", 0);
+    a->sm90_cluster = module_int(d, "kg_gemm_sm90", "_cluster", 1);
+    a->sm90_pack = module_int(d, "kg_gemm_sm90", "_pack", 0);
+    if (a->sm90_smem && (a->sm90_smem < 0 || a->sm90_tile_m != 128 || a->sm90_tile_n < 1 || a->sm90_tile_n > 256 ||
+                         (a->sm90_cluster != 1 && a->sm90_cluster != 2) || a->sm90_tile_n % a->sm90_cluster))
+        die(EXIT_DEVICE, "%s publishes an sm_90a GEMM of %d bytes of shared memory, tile %dx%d and clusters of %d "
+            "(want 128 x 1..256, clusters of 1 or 2 that divide the tile's columns)",
+            a->src_name, a->sm90_smem, a->sm90_tile_m, a->sm90_tile_n, a->sm90_cluster);
+}
+
+/* Give back what arm_build and arm_define took. */
+static void arm_free(struct arm *a)
+{
+    for (int i = 0; i < a->ndefines; i++) free(a->defines[i]);
+    free(a->code.data);
+    a->code.data = NULL;
+    a->ndefines = 0;
+}
+
+/* The reference arm: the embedded kernels.hip as shipped. */
+static void arm_reference(struct arm *a)
+{
+    memset(a, 0, sizeof *a);
+    snprintf(a->name, sizeof a->name, "reference");
+    a->src = kg_embedded_src, a->src_name = "kernels.hip (embedded)";
+}
+
+/* The arm the options name: a candidate when --variant, -D or --kernels is
+ * given (named by --variant, else by the --kernels file), else the
+ * reference.  *file owns a --kernels file's text.  Exit 2 on a variant
+ * without a change or a change without a name. */
+static void arm_from_opts(struct arm *a, const struct opts *o, char **file)
+{
+    arm_reference(a);
+    *file = NULL;
+    if (!o->variant && !o->ndefines && !o->kernels_path) {
+        if (o->diagnostic) die(EXIT_USAGE, "--diagnostic marks a variant: give --variant NAME and its -D or --kernels");
+        return;
+    }
+    if (o->variant && !o->ndefines && !o->kernels_path)
+        die(EXIT_USAGE, "--variant %s: give what differs from the reference: -D NAME=VALUE or --kernels FILE", o->variant);
+    if (!o->variant && !o->kernels_path)
+        die(EXIT_USAGE, "-D makes a candidate: name it with --variant NAME (the ledger records it)");
+    a->candidate = 1, a->diagnostic = o->diagnostic;
+    if (o->kernels_path) {
+        *file = read_file(o->kernels_path, NULL);
+        if (!*file) die(EXIT_USAGE, "cannot read --kernels %s: %s", o->kernels_path, strerror(errno));
+        a->src = *file, a->src_name = o->kernels_path;
+    }
+    const char *base = o->kernels_path ? strrchr(o->kernels_path, '/') : NULL;
+    snprintf(a->name, sizeof a->name, "%s", o->variant ? o->variant : base ? base + 1 : o->kernels_path);
+    for (int i = 0; i < o->ndefines; i++) arm_define(a, o->defines[i]);
+}
+
+/* The A/A copy of arm `of`: the same source and definitions plus
+ * KG_BUILD_ID=2, a distinct code object with the same kernels. */
+static void arm_copy(struct arm *a, const struct arm *of)
+{
+    memset(a, 0, sizeof *a);
+    snprintf(a->name, sizeof a->name, "%.58s-copy", of->name);
+    a->src = of->src, a->src_name = of->src_name;
+    for (int i = 0; i < of->ndefines; i++) arm_define(a, of->defines[i] + 2);
+    arm_define(a, "KG_BUILD_ID=2");
+    a->copy = 1;
+}
+
+/* Compile the kernels for `arch` with the platform's run-time compiler, or,
+ * for AMD when no hiprtc loads, with an offline clang (HIP_CLANG).  Exits 3
+ * naming everything tried when there is neither. */
+static void compile_for_arch(enum platform pf, const struct arm *a, const char *arch, struct code_obj *co)
+{
+    const char *src = a->src, *name = a->src_name;
+    const char *const *defs = (const char *const *)a->defines;
+    struct rtc c;
+    char msg[1400], clang[PATH_MAX];
+    if (rtc_open(pf, &c, msg, sizeof msg) == 0) {
+        compile_source(&c, pf, src, name, arch, defs, a->ndefines, co);
+        return;
+    }
+    if (pf == PF_HIP && find_tool(HIP_CLANG, clang, sizeof clang) == 0) {
+        compile_clang(clang, src, name, arch, defs, a->ndefines, co);
+        return;
+    }
+    if (pf == PF_CUDA) die(EXIT_NORUNTIME, "%s", msg);
+    char tried[256] = "";
+    for (int i = 0; HIP_CLANG[i]; i++) list_add(tried, sizeof tried, HIP_CLANG[i]);
+    die(EXIT_NORUNTIME, "%s, and no clang for HIP (tried %s)", msg, tried);
+}

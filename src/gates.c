@@ -1,0 +1,676 @@
+/* src/gates.c — the gates: statistics of one output against its references
+ * in one pass, each gate a row of GATES, and checking an output (read back,
+ * decoded, planted fault applied, every gate run).  Relies on run.c, plan.c,
+ * timer.c (a result holds its time) and lowprec.c (the quantize stage). */
+
+/* What --repeat found for one output: runs made, whether the kernels declare
+ * atomics (then each run was gated instead of compared), and the first
+ * difference from run 1. */
+struct repeat {
+    int runs, atomics;
+    int diff_run;                 /* 0: every run was bitwise equal to run 1 */
+    size_t diff_row, diff_col;
+    double first, other;          /* the two values at the difference */
+    int gated_fail_run;           /* atomics: the first run that failed a gate (0: none) */
+};
+
+/* What the gates read: one output, its plan, references, the candidate's
+ * decoded values and what the read-back and the repeats found. */
+struct gate_in {
+    const struct output *o;
+    const struct plan *p;
+    const struct refs *f;
+    const float *out;             /* rows x cols */
+    size_t unwritten;             /* elements still holding the poison bytes */
+    size_t outside;               /* guard-band bytes no longer holding them */
+    enum dtype t;
+    double rtol, atol;            /* allclose */
+    double atol_base;             /* the dtype's (or --atol's), before any scaling */
+    int inputs_nonzero;
+    const struct repeat *rep;
+    const struct qrun *q;         /* low precision: the quantize stage; NULL otherwise */
+    double q_gate;                /* low precision: the format's SNR gate, dB (0: not low precision) */
+    const char *trades;           /* --trades-precision: why the baseline rule is waived */
+};
+
+/* Error sums of one tile or one segment. */
+struct acc { size_t n; double ref2, err2, lperr2, max_err; size_t wi, wj; };
+
+/* Everything the gates need, accumulated in one pass over the checked
+ * elements (and one over all elements for NaN/inf). */
+struct stats {
+    size_t n;                               /* checked elements */
+    size_t n_finite;                        /* of those with a finite reference, finite in the output */
+    size_t n_nz;                            /* checked elements with a finite nonzero reference */
+    size_t close_fail;                      /* allclose */
+    double close_worst;                     /* max |out-ref| / (atol + rtol|ref|) */
+    size_t cw_i, cw_j;
+    double cw_out, cw_ref;
+    double max_err, max_lp_err, floor;      /* same precision */
+    size_t nan_out, inf_out, nan_ref, inf_ref;   /* all elements (out), checked ones (ref) */
+    size_t nan_out_checked, inf_out_checked;
+    double sum_err, sum_err2, sum_lp_err, sum_lp_err2, sum_ref2, sum_out2, sum_out_ref;
+    double sum_hp2, sum_hp_err2;            /* low precision: against the unquantised product */
+    size_t tr, tc;                          /* tile grid */
+    struct acc *tiles;
+    struct acc *segs;                       /* per row segment (nseg of them), or NULL */
+    /* derived */
+    double mean_err, sd_err, mean_lp_err, rms_lp_err, rms_ref, rel_l2, cosine, snr_db, bias_limit;
+    double lp_snr_db, hp_snr_db;            /* the same-precision reference's SNR; the SNR vs unquantised */
+    long worst_tile;                        /* -1: no tile had enough checked elements */
+    double worst_tile_snr, worst_tile_need;
+    long worst_seg;                         /* -1: no segments */
+    double worst_seg_snr, worst_seg_need;
+};
+
+#define TILE_MIN_CHECKED 64     /* the worst-tile gate looks at tiles with at least this many */
+#define TILE_SNR_SLACK_DB 10.0  /* a tile may be this much below the same-precision reference */
+
+static void acc_add(struct acc *a, double ref, double e, double lpe, size_t i, size_t j)
+{
+    a->n++;
+    a->ref2 += ref * ref, a->lperr2 += lpe * lpe;
+    if (!isfinite(e)) e = INFINITY;
+    a->err2 += e * e;
+    if (!(fabs(e) <= a->max_err)) a->max_err = fabs(e), a->wi = i, a->wj = j;
+}
+
+/* One checked element: output (i, j) against ref and lp.  A non-finite
+ * reference (-inf: the LSE of a row that sees no key) must be matched
+ * exactly and is left out of the sums. */
+static void stats_visit(struct stats *s, const struct gate_in *g, size_t i, size_t j, double ref, double lp,
+                        double hp, size_t seg)
+{
+    double out = g->out[i * g->o->cols + j];
+    s->n++;
+    s->nan_out_checked += isnan(out), s->inf_out_checked += isinf(out);
+    if (!isfinite(ref)) {
+        s->nan_ref += isnan(ref), s->inf_ref += isinf(ref);
+        int same = out == ref || (isnan(out) && isnan(ref));
+        if (!same) {
+            s->close_fail++, s->max_err = INFINITY;
+            if (!(s->close_worst == INFINITY)) s->close_worst = INFINITY, s->cw_i = i, s->cw_j = j, s->cw_out = out,
+                                                s->cw_ref = ref;
+        }
+        return;
+    }
+    double e = out - ref, tol = g->atol + g->rtol * fabs(ref);
+    double ratio = isfinite(out) ? fabs(e) / tol : INFINITY;
+    if (!(fabs(e) <= tol)) s->close_fail++;
+    if (!(ratio <= s->close_worst)) {
+        s->close_worst = ratio;
+        s->cw_i = i, s->cw_j = j, s->cw_out = out, s->cw_ref = ref;
+    }
+    if (!(fabs(e) <= s->max_err)) s->max_err = isfinite(out) ? fabs(e) : INFINITY;
+    double lpe = fabs(lp - ref), fl = fabs((double)dt_round(g->t, (float)ref) - ref);
+    if (lpe > s->max_lp_err) s->max_lp_err = lpe;
+    if (fl > s->floor) s->floor = fl;
+    s->sum_lp_err += lp - ref, s->sum_lp_err2 += (lp - ref) * (lp - ref);
+    s->n_nz += ref != 0;
+    acc_add(&s->tiles[(i / KG_TILE) * s->tc + j / KG_TILE], ref, e, lp - ref, i, j);
+    if (s->segs) acc_add(&s->segs[seg], ref, e, lp - ref, i, j);
+    if (!isfinite(out)) return;
+    s->n_finite++;
+    s->sum_hp2 += hp * hp, s->sum_hp_err2 += (out - hp) * (out - hp);
+    s->sum_err += e, s->sum_err2 += e * e, s->sum_ref2 += ref * ref;
+    s->sum_out2 += out * out, s->sum_out_ref += out * ref;
+}
+
+static double snr_db(double sig2, double err2)
+{
+    if (err2 == 0) return INFINITY;
+    return 10.0 * log10(sig2 / err2);
+}
+
+/* What a block (tile or segment) must reach: the same-precision reference's
+ * SNR on it, capped per dtype, minus TILE_SNR_SLACK_DB; for low precision
+ * at least the format's SNR gate, and only that when the run declares
+ * --trades-precision.  A block whose
+ * reference is exactly zero (an empty group's dB, a vanishing gradient) is
+ * held instead to its lp error energy within the same slack, so to exact
+ * zero when lp is exactly zero too; its "SNR" is then lp's error over the
+ * output's, in dB.  Returns the margin (SNR - need). */
+static double acc_margin(const struct acc *a, const struct gate_in *g, double *snr, double *need)
+{
+    enum dtype t = g->t;
+    if (a->ref2 == 0) {
+        *snr = a->err2 == 0 ? INFINITY : a->lperr2 == 0 ? -INFINITY : 10.0 * log10(a->lperr2 / a->err2);
+        *need = -TILE_SNR_SLACK_DB;
+        return *snr - *need;
+    }
+    *snr = snr_db(a->ref2, a->err2);
+    double lp = snr_db(a->ref2, a->lperr2);
+    *need = (lp < DTYPES[t].tile_snr_cap ? lp : DTYPES[t].tile_snr_cap) - TILE_SNR_SLACK_DB;
+    if (g->q_gate > 0) *need = g->trades ? g->q_gate : fmax(g->q_gate, *need);
+    return *snr == INFINITY ? INFINITY : *snr - *need;
+}
+
+/* The worst tile (among those with TILE_MIN_CHECKED checked elements) and
+ * the worst segment (any with a checked element): the ones furthest below
+ * what they need. */
+static void stats_worst(struct stats *s, const struct gate_in *g)
+{
+    double worst = INFINITY, snr, need;
+    s->worst_tile = -1;
+    for (size_t k = 0; k < s->tr * s->tc; k++) {
+        const struct acc *a = &s->tiles[k];
+        if (a->n < TILE_MIN_CHECKED || (a->ref2 == 0 && a->err2 == 0)) continue;
+        double m = acc_margin(a, g, &snr, &need);
+        if (m < worst || s->worst_tile < 0) worst = m, s->worst_tile = (long)k, s->worst_tile_snr = snr,
+                                            s->worst_tile_need = need;
+    }
+    worst = INFINITY;
+    s->worst_seg = -1;
+    for (size_t k = 0; s->segs && k < g->o->nseg; k++) {
+        if (s->segs[k].n == 0) continue;
+        double m = acc_margin(&s->segs[k], g, &snr, &need);
+        if (m < worst || s->worst_seg < 0) worst = m, s->worst_seg = (long)k, s->worst_seg_snr = snr,
+                                           s->worst_seg_need = need;
+    }
+}
+
+static void stats_compute(struct stats *s, const struct gate_in *g)
+{
+    const struct output *o = g->o;
+    const struct plan *p = g->p;
+    memset(s, 0, sizeof *s);
+    s->tr = (o->rows + KG_TILE - 1) / KG_TILE, s->tc = (o->cols + KG_TILE - 1) / KG_TILE;
+    s->tiles = xcalloc(s->tr * s->tc, sizeof *s->tiles);
+    uint32_t *seg_of = NULL;
+    if (o->seg) {
+        s->segs = xcalloc(o->nseg, sizeof *s->segs);
+        seg_of = xmalloc((o->rows + 1) * sizeof *seg_of);
+        for (size_t k = 0; k < o->nseg; k++)
+            for (size_t i = o->seg[k]; i < o->seg[k + 1]; i++) seg_of[i] = (uint32_t)k;
+    }
+    const struct refs *f = g->f;
+    for (size_t r = 0; r < p->nr; r++)
+        for (size_t j = 0; j < o->cols; j++) {
+            size_t at = r * o->cols + j;
+            stats_visit(s, g, p->rows[r], j, f->ref_r[at], f->lp_r[at], f->hp_r ? f->hp_r[at] : 0,
+                        seg_of ? seg_of[p->rows[r]] : 0);
+        }
+    for (size_t i = 0; i < o->rows && p->nc; i++)
+        if (!p->row_in[i])
+            for (size_t c = 0; c < p->nc; c++) {
+                size_t at = i * p->nc + c;
+                stats_visit(s, g, i, p->cols[c], f->ref_c[at], f->lp_c[at], f->hp_c ? f->hp_c[at] : 0,
+                            seg_of ? seg_of[i] : 0);
+            }
+    free(seg_of);
+    for (size_t k = 0; k < o->rows * o->cols; k++) {
+        if (isnan(g->out[k])) s->nan_out++;
+        else if (isinf(g->out[k])) s->inf_out++;
+    }
+    double nf = s->n_finite ? (double)s->n_finite : 1.0, nl = (double)(s->n ? s->n : 1);
+    s->mean_err = s->sum_err / nf;
+    s->sd_err = sqrt(fmax(0.0, s->sum_err2 / nf - s->mean_err * s->mean_err));
+    s->mean_lp_err = s->sum_lp_err / nl;
+    s->rms_lp_err = sqrt(s->sum_lp_err2 / nl);
+    s->rms_ref = sqrt(s->sum_ref2 / (double)(s->n_nz ? s->n_nz : 1));
+    s->rel_l2 = s->sum_ref2 > 0 ? sqrt(s->sum_err2 / s->sum_ref2) : (s->sum_err2 > 0 ? INFINITY : 0);
+    s->cosine = s->sum_out2 > 0 && s->sum_ref2 > 0 ? s->sum_out_ref / sqrt(s->sum_out2 * s->sum_ref2) : 0;
+    s->snr_db = snr_db(s->sum_ref2, s->sum_err2);
+    s->lp_snr_db = snr_db(s->sum_ref2, s->sum_lp_err2);
+    s->hp_snr_db = g->f->hp_r ? snr_db(s->sum_hp2, s->sum_hp_err2) : NAN;
+    /* The spread of a mean of n errors: sd/sqrt(n), with sd at least the
+     * same-precision reference's rms error (so few elements cannot make it 0). */
+    s->bias_limit = 6.0 * fmax(s->sd_err, s->rms_lp_err) / sqrt(nf) + 2.0 * fabs(s->mean_lp_err);
+    stats_worst(s, g);
+}
+
+/* A gate's verdict: pass, the measured value and the limit it was held to,
+ * and one line of detail. */
+struct verdict { int pass; double value, limit; char detail[400]; };
+
+typedef void (*gate_fn)(const struct stats *, const struct gate_in *, struct verdict *);
+
+/* A gate that does not apply to this output: passes, shows "-". */
+static void not_gated(struct verdict *v, const char *why)
+{
+    v->pass = 1, v->value = NAN, v->limit = 0;
+    snprintf(v->detail, sizeof v->detail, "%s", why);
+}
+
+#define Q_ONLY "applies to low-precision (quantized) products"
+#define Q_REPLACED "low precision: the snr and baseline gates replace element tolerances"
+
+/* allclose: every checked element within atol + rtol|ref| (catches a wrong
+ * element, row or tile). */
+static void gate_allclose(const struct stats *s, const struct gate_in *g, struct verdict *v)
+{
+    if (g->q_gate > 0) { not_gated(v, Q_REPLACED); return; }
+    v->value = s->close_worst, v->limit = 1.0, v->pass = s->close_fail == 0;
+    snprintf(v->detail, sizeof v->detail,
+             "%zu of %zu checked elements outside atol %.3g + rtol %.3g*|ref|; worst at (%zu,%zu): "
+             "out %.6g ref %.6g",
+             s->close_fail, s->n, g->atol, g->rtol, s->cw_i, s->cw_j, s->cw_out, s->cw_ref);
+}
+
+/* same precision: max|out-ref| <= 2 max|lp-ref| + floor (catches error beyond
+ * what the kernel's precision explains). */
+static void gate_same_precision(const struct stats *s, const struct gate_in *g, struct verdict *v)
+{
+    if (g->q_gate > 0) { not_gated(v, Q_REPLACED); return; }
+    v->value = s->max_err, v->limit = 2.0 * s->max_lp_err + s->floor;
+    v->pass = s->max_err <= v->limit;
+    snprintf(v->detail, sizeof v->detail,
+             "max|out-ref| %.4g vs 2 x max|lp-ref| %.4g + floor %.4g (lp: the same arithmetic "
+             "in %s on the CPU)",
+             s->max_err, s->max_lp_err, s->floor, DTYPES[g->t].name);
+}
+
+/* NaN/inf: the output has the reference's counts on the checked elements
+ * (usually none), and none elsewhere when the reference has none. */
+static void gate_nan_inf(const struct stats *s, const struct gate_in *g, struct verdict *v)
+{
+    (void)g;
+    size_t want = s->nan_ref + s->inf_ref, got = s->nan_out + s->inf_out;
+    v->value = (double)got, v->limit = (double)want;
+    v->pass = s->nan_out_checked == s->nan_ref && s->inf_out_checked == s->inf_ref && (want > 0 || got == 0);
+    snprintf(v->detail, sizeof v->detail, "output has %zu NaN and %zu inf (%zu and %zu on checked elements); "
+             "reference %zu and %zu", s->nan_out, s->inf_out, s->nan_out_checked, s->inf_out_checked,
+             s->nan_ref, s->inf_ref);
+}
+
+/* written: no element still holds the poison bytes (catches outputs the
+ * kernel never wrote). */
+static void gate_written(const struct stats *s, const struct gate_in *g, struct verdict *v)
+{
+    (void)s;
+    v->value = (double)g->unwritten, v->limit = 0, v->pass = g->unwritten == 0;
+    snprintf(v->detail, sizeof v->detail,
+             "%zu of %zu output elements still hold the poison bytes written before the launch",
+             g->unwritten, g->o->rows * g->o->cols);
+}
+
+/* nontrivial: the reference's nonzero elements are well above atol and no
+ * input is all zero (catches cases a kernel returning zeros would pass). */
+static void gate_nontrivial(const struct stats *s, const struct gate_in *g, struct verdict *v)
+{
+    v->value = s->rms_ref, v->limit = 10.0 * g->atol_base;   /* not scaled by the rms itself */
+    v->pass = g->inputs_nonzero && s->n_nz > 0 && s->rms_ref > v->limit;
+    if (g->inputs_nonzero && s->n > 0 && s->n_nz == 0 && s->n_finite == s->n) {
+        v->pass = 1;   /* the truth is zero: tile and group gates hold the output to it */
+        snprintf(v->detail, sizeof v->detail, "the reference is exactly zero on all %zu checked elements (e.g. "
+                 "the gradient of a softmax over one key): the tile and group gates hold the output to it", s->n);
+        return;
+    }
+    snprintf(v->detail, sizeof v->detail,
+             "reference rms %.4g (over its %zu nonzero checked elements) must exceed 10 x atol = %.4g%s, or "
+             "a kernel returning zeros could pass", s->rms_ref, s->n_nz, v->limit,
+             g->inputs_nonzero ? "" : " and inputs must be nonzero");
+}
+
+/* in bounds: the guard bands around the output still hold the poison bytes
+ * (catches a kernel writing past the end or before the start). */
+static void gate_in_bounds(const struct stats *s, const struct gate_in *g, struct verdict *v)
+{
+    (void)s;
+    v->value = (double)g->outside, v->limit = 0, v->pass = g->outside == 0;
+    snprintf(v->detail, sizeof v->detail, "%zu bytes of the %zu-byte guard bands before and after the "
+             "output were written", g->outside, 2 * g->o->guard);
+}
+
+/* bias: the mean signed error within 6 spreads of the mean (catches a small
+ * systematic error hiding under every element tolerance). */
+static void gate_bias(const struct stats *s, const struct gate_in *g, struct verdict *v)
+{
+    (void)g;
+    v->value = fabs(s->mean_err), v->limit = s->bias_limit;
+    v->pass = fabs(s->mean_err) <= s->bias_limit;
+    snprintf(v->detail, sizeof v->detail,
+             "mean signed error %.4g vs limit %.4g = 6 x max(sd %.4g, lp rms %.4g) / sqrt(%zu) + "
+             "2 x |lp mean error| %.4g",
+             s->mean_err, s->bias_limit, s->sd_err, s->rms_lp_err, s->n_finite, fabs(s->mean_lp_err));
+}
+
+/* worst tile: every tile near the same-precision reference's SNR on it
+ * (catches one bad tile that global metrics average away). */
+static void gate_worst_tile(const struct stats *s, const struct gate_in *g, struct verdict *v)
+{
+    if (s->worst_tile < 0) {
+        v->pass = 1, v->value = NAN, v->limit = 0;
+        snprintf(v->detail, sizeof v->detail, "no tile has %d checked elements; element gates cover it",
+                 TILE_MIN_CHECKED);
+        return;
+    }
+    size_t ti = (size_t)s->worst_tile / s->tc, tj = (size_t)s->worst_tile % s->tc;
+    size_t r1 = (ti + 1) * KG_TILE < g->o->rows ? (ti + 1) * KG_TILE : g->o->rows;
+    size_t c1 = (tj + 1) * KG_TILE < g->o->cols ? (tj + 1) * KG_TILE : g->o->cols;
+    v->value = s->worst_tile_snr, v->limit = s->worst_tile_need;
+    v->pass = s->worst_tile_snr >= s->worst_tile_need;
+    char why[160];
+    snprintf(why, sizeof why, "same-precision reference on that tile, capped at %.0f, minus %.0f",
+             DTYPES[g->t].tile_snr_cap, TILE_SNR_SLACK_DB);
+    if (g->q_gate > 0 && g->trades) snprintf(why, sizeof why, "the %s SNR gate; --trades-precision", QFMTS[g->q->f].name);
+    else if (g->q_gate > 0) snprintf(why + strlen(why), sizeof why - strlen(why), ", at least the %s SNR gate",
+                                     QFMTS[g->q->f].name);
+    snprintf(v->detail, sizeof v->detail, "worst tile (%zu,%zu), rows %zu..%zu cols %zu..%zu: SNR %.1f dB, needs "
+             "%.1f dB (%s)", ti, tj, ti * KG_TILE, r1 - 1, tj * KG_TILE, c1 - 1, s->worst_tile_snr,
+             s->worst_tile_need, why);
+}
+
+/* group: every group (sequence) near the same-precision reference's SNR on
+ * it, as for tiles; a group whose reference is all zero (an empty group's
+ * dB) must be exactly zero (catches one group computed wrong, or garbage
+ * where nothing should be). */
+static void gate_group(const struct stats *s, const struct gate_in *g, struct verdict *v)
+{
+    const struct output *o = g->o;
+    if (s->worst_seg < 0) {
+        v->pass = 1, v->value = NAN, v->limit = 0;
+        snprintf(v->detail, sizeof v->detail, "the output has no groups or sequences");
+        return;
+    }
+    size_t k = (size_t)s->worst_seg;
+    const struct acc *a = &s->segs[k];
+    v->value = s->worst_seg_snr, v->limit = s->worst_seg_need;
+    v->pass = !(s->worst_seg_snr < s->worst_seg_need);
+    char where[96], what[128];
+    snprintf(where, sizeof where, "worst %s %zu of %zu, rows %u..%u", o->seg_name, k, o->nseg, o->seg[k],
+             o->seg[k + 1] - 1);
+    if (a->ref2 == 0 && a->lperr2 == 0)
+        snprintf(what, sizeof what, "its reference is exactly zero, and so must the output be");
+    else if (a->ref2 == 0)
+        snprintf(what, sizeof what, "its reference is exactly zero: error energy %.1f dB below lp's, needs %.1f",
+                 s->worst_seg_snr, s->worst_seg_need);
+    else
+        snprintf(what, sizeof what, "SNR %.1f dB, needs %.1f dB", s->worst_seg_snr, s->worst_seg_need);
+    snprintf(v->detail, sizeof v->detail, "%s: %s; its largest error %.4g at (%zu,%zu), tile (%zu,%zu)", where,
+             what, a->max_err, a->wi, a->wj, a->wi / KG_TILE, a->wj / KG_TILE);
+}
+
+/* determinism: with --repeat N, every run bitwise equal to the first, or,
+ * for kernels that declare atomics, every run passing the gates (catches a
+ * race: an output that moves between runs). */
+static void gate_determinism(const struct stats *s, const struct gate_in *g, struct verdict *v)
+{
+    (void)s;
+    const struct repeat *r = g->rep;
+    v->limit = 0;
+    if (!r || r->runs < 2) {
+        v->pass = 1, v->value = NAN;
+        snprintf(v->detail, sizeof v->detail, "not repeated (--repeat N compares N runs)");
+        return;
+    }
+    v->value = r->runs;
+    v->pass = !r->diff_run && !r->gated_fail_run;
+    if (r->atomics)
+        snprintf(v->detail, sizeof v->detail, "the kernel declares atomics: each of %d runs held to the gates; "
+                 "run %d failed them", r->runs, r->gated_fail_run);
+    else
+        snprintf(v->detail, sizeof v->detail, "run %d of %d differs from run 1 first at element (%zu,%zu): "
+                 "%.9g vs %.9g", r->diff_run, r->runs, r->diff_row, r->diff_col, r->other, r->first);
+}
+
+/* snr: low precision, SNR against the reference on the same quantized
+ * inputs at least the format's gate: E4M3 25, E5M2 20, FP4 10 dB (catches a
+ * product computed wrong, where element tolerances mean nothing). */
+static void gate_snr(const struct stats *s, const struct gate_in *g, struct verdict *v)
+{
+    if (!g->q_gate) { not_gated(v, Q_ONLY); return; }
+    v->value = s->snr_db, v->limit = g->q_gate, v->pass = s->snr_db >= g->q_gate;
+    snprintf(v->detail, sizeof v->detail, "SNR %.1f dB against the double product of the same quantized "
+             "inputs and scales; %s needs %.0f dB", s->snr_db, QFMTS[g->q->f].name, g->q_gate);
+}
+
+#define BASELINE_SLACK_DB 3.0   /* a candidate may be this much below the reference arm's SNR */
+#define BASELINE_CAP_DB 120.0   /* ... whose SNR counts up to this */
+
+/* baseline: low precision, SNR no more than 3 dB below the reference
+ * arm's on the same shapes (ref.c's same-precision product: fp32 block
+ * sums in the kernels' order, output rounded), unless the run declares
+ * --trades-precision (catches a kernel that loses precision, e.g. a narrow
+ * accumulator, while staying above the format's gate). */
+static void gate_baseline(const struct stats *s, const struct gate_in *g, struct verdict *v)
+{
+    if (!g->q_gate) { not_gated(v, Q_ONLY); return; }
+    double base = s->lp_snr_db < BASELINE_CAP_DB ? s->lp_snr_db : BASELINE_CAP_DB;
+    v->value = s->snr_db - base, v->limit = -BASELINE_SLACK_DB;
+    v->pass = v->value >= v->limit || g->trades;
+    snprintf(v->detail, sizeof v->detail, "SNR %.1f dB vs the reference arm's %.1f dB (ref.c, the kernels' "
+             "order in fp32; counted up to %.0f): %.1f dB apart, at most %.0f below%s%s", s->snr_db,
+             s->lp_snr_db, BASELINE_CAP_DB, v->value, BASELINE_SLACK_DB,
+             g->trades ? "; waived: --trades-precision " : "", g->trades ? g->trades : "");
+}
+
+/* The quantize-only stage's mismatches of one kind over both operands, and
+ * the first one's line. */
+static size_t q_stage_bad(const struct qrun *q, int scale, const char **at)
+{
+    size_t n = 0;
+    *at = "";
+    for (int i = 1; i >= 0; i--) {
+        size_t k = scale ? q->st[i].scale_bad : q->st[i].code_bad;
+        if (k) *at = scale ? q->st[i].scale_at : q->st[i].code_at;
+        n += k;
+    }
+    return n;
+}
+
+/* scale (which = 1) or conversion (0): the quantize-only stage's
+ * mismatches against ref.c; fails when the stage did not run. */
+static void gate_qstage(const struct gate_in *g, struct verdict *v, int which)
+{
+    if (!g->q_gate) { not_gated(v, Q_ONLY); return; }
+    const struct qrun *q = g->q;
+    const char *at;
+    v->value = (double)q_stage_bad(q, which, &at), v->limit = 0, v->pass = q->stage_done && v->value == 0;
+    if (!q->stage_done)
+        snprintf(v->detail, sizeof v->detail, "the quantize-only stage did not run: nothing was compared");
+    else if (which)
+        snprintf(v->detail, sizeof v->detail, "%.0f of %zu scales of the quantize-only kernel differ from ref.c's%s%s",
+                 v->value, q->op[0].nblocks + q->op[1].nblocks, *at ? "; first: " : "", at);
+    else
+        snprintf(v->detail, sizeof v->detail, "%.0f codes of the quantize-only kernel differ from ref.c's%s%s",
+                 v->value, *at ? "; first: " : "", at);
+}
+
+/* scale: low precision, the quantize-only kernel's scales equal ref.c's,
+ * bit for bit (catches a wrong amax, rounding of the scale or MX rule). */
+static void gate_scale(const struct stats *s, const struct gate_in *g, struct verdict *v)
+{
+    (void)s;
+    gate_qstage(g, v, 1);
+}
+
+/* conversion: low precision, the quantize-only kernel's codes equal
+ * ref.c's (round to nearest even from the exact fp32 value, saturating). */
+static void gate_conversion(const struct stats *s, const struct gate_in *g, struct verdict *v)
+{
+    (void)s;
+    gate_qstage(g, v, 0);
+}
+
+/* How a gate's column shows its verdict ("-" for a NaN value: not gated). */
+enum gate_fmt {
+    SHOW_RATIO,   /* value / limit: <= 1 passes */
+    SHOW_COUNT,   /* a count */
+    SHOW_VALUE,   /* the value itself */
+    SHOW_DB,      /* decibels; +inf is "exact" */
+};
+
+/* The gates, in the order they are printed. */
+struct gate { const char *name, *column; enum gate_fmt show; gate_fn eval; };
+static const struct gate GATES[] = {
+    { "allclose", "allclose", SHOW_RATIO, gate_allclose },
+    { "same-precision", "same-prec", SHOW_RATIO, gate_same_precision },
+    { "nan-inf", "nan/inf", SHOW_COUNT, gate_nan_inf },
+    { "written", "unwritten", SHOW_COUNT, gate_written },
+    { "in-bounds", "oob", SHOW_COUNT, gate_in_bounds },
+    { "nontrivial", "ref-rms", SHOW_VALUE, gate_nontrivial },
+    { "bias", "bias", SHOW_RATIO, gate_bias },
+    { "snr", "snr-gate", SHOW_DB, gate_snr },
+    { "baseline", "vs-base", SHOW_DB, gate_baseline },
+    { "scale", "scale", SHOW_COUNT, gate_scale },
+    { "conversion", "convert", SHOW_COUNT, gate_conversion },
+    { "worst-tile", "tile-dB", SHOW_DB, gate_worst_tile },
+    { "group", "group-dB", SHOW_DB, gate_group },
+    { "determinism", "repeat", SHOW_COUNT, gate_determinism },
+};
+#define N_GATES (sizeof GATES / sizeof *GATES)
+
+/* The index of the gate named `name` in GATES. */
+static int gate_index(const char *name)
+{
+    for (size_t g = 0; g < N_GATES; g++)
+        if (strcmp(GATES[g].name, name) == 0) return (int)g;
+    die(EXIT_DEVICE, "internal: no gate %s", name);
+}
+
+/* --- checking one output: its result, tolerances, storage read back, every gate --- */
+
+/* Everything known about one output of one case. */
+struct result {
+    struct plan plan;
+    struct refs refs;
+    struct stats s;
+    struct verdict v[N_GATES];
+    int pass;                     /* every gate passed (on the last check made) */
+    const char *failed_when;      /* "check" or "re-check after timing" */
+    struct repeat rep;            /* what --repeat found */
+    double atol;                  /* the allclose atol it is held to */
+    int timed;                    /* on a launch's owner: its time is known */
+    struct timing t;
+    double tflops, pct_peak;      /* pct_peak < 0: peak not known */
+};
+
+/* An attention gradient's default rtol and atol: at least GRAD_TOL_ULPS
+ * unit roundoffs of its dtype (bf16 0.0625, f16 the default 0.01).  A
+ * flash-attention backward reads O in the kernel's dtype; that rounding
+ * enters every row's D = sum O·dO and the cancellation in ds = P·(dP - D)
+ * amplifies it, growing with the sequence: on the H200 the portable kernels'
+ * bf16 dK reached 0.74 of a 10-roundoff limit at 2048 tokens.  The
+ * same-precision gate stays the tight one. */
+#define GRAD_TOL_ULPS 16.0
+
+static double gate_grad_tol(enum dtype t, double dflt)
+{
+    return fmax(dflt, GRAD_TOL_ULPS * DTYPES[t].unit_roundoff);
+}
+
+/* The options' tolerances, else output o's dtype's (for a gradient,
+ * gate_grad_tol of them). */
+static double gate_rtol(const struct run *r, int o)
+{
+    const struct output *p = &r->out[o];
+    if (r->o->rtol >= 0) return r->o->rtol;
+    return p->grad ? gate_grad_tol(p->dt, DTYPES[p->dt].rtol) : DTYPES[p->dt].rtol;
+}
+
+/* The options' atol, else the dtype's: what the nontrivial gate measures
+ * the reference against. */
+static double gate_base_atol(const struct run *r, int o)
+{
+    return r->o->atol >= 0 ? r->o->atol : DTYPES[r->out[o].dt].atol;
+}
+
+/* The allclose atol of output o: gate_base_atol, and for a gradient (which has
+ * no natural unit: its scale follows dO and Q) gate_grad_tol of it times the
+ * reference's rms when that exceeds 1. */
+static double gate_atol(const struct run *r, int o, const struct result *res)
+{
+    const struct output *p = &r->out[o];
+    if (!p->grad) return gate_base_atol(r, o);
+    double sum = 0;
+    size_t n = 0;
+    const struct plan *pl = &res->plan;
+    for (size_t i = 0; i < pl->nr * p->cols; i++)
+        if (isfinite(res->refs.ref_r[i])) sum += res->refs.ref_r[i] * res->refs.ref_r[i], n++;
+    for (size_t i = 0; i < p->rows && pl->nc; i++)
+        for (size_t c = 0; c < pl->nc && !pl->row_in[i]; c++)
+            if (isfinite(res->refs.ref_c[i * pl->nc + c])) sum += res->refs.ref_c[i * pl->nc + c] * res->refs.ref_c[i * pl->nc + c], n++;
+    double rms = n ? sqrt(sum / (double)n) : 0, atol = gate_base_atol(r, o);
+    return (r->o->atol >= 0 ? atol : gate_grad_tol(p->dt, atol)) * (rms > 1 ? rms : 1);
+}
+
+/* Exit 2 if --rtol/--atol loosen dtype t's defaults without --why. */
+static void gate_check_tolerance(const struct opts *o, enum dtype t, const char *label)
+{
+    int looser = o->rtol > DTYPES[t].rtol || o->atol > DTYPES[t].atol;
+    if (looser && !o->why)
+        die(EXIT_USAGE, "%s: --rtol/--atol looser than the %s defaults (rtol %g, atol %g) need "
+            "--why \"reason\"", label, DTYPES[t].name, DTYPES[t].rtol, DTYPES[t].atol);
+}
+
+/* Output o's storage with its guard bands, as the device holds it (caller
+ * frees). */
+static unsigned char *gate_download(struct run *r, int o)
+{
+    const struct output *p = &r->out[o];
+    size_t bytes = p->elems * DTYPES[p->dt].bytes + 2 * p->guard;
+    unsigned char *raw = xmalloc(bytes);
+    dev_download(r->d, raw, p->buf - p->guard, bytes);
+    return raw;
+}
+
+/* Decode output o from its raw storage (with guard bands), planting the
+ * --inject fault (if any): its values (rows x cols, caller frees);
+ * *unwritten counts the elements still holding the poison bytes, *outside
+ * the guard bytes that no longer do. */
+static float *gate_decode(struct run *r, int o, unsigned char *raw, double atol, size_t *unwritten,
+                            size_t *outside)
+{
+    const struct output *p = &r->out[o];
+    size_t es = DTYPES[p->dt].bytes;
+    struct inject_ctx ix = { .r = r, .oi = o, .o = p, .raw = raw, .atol = atol, .key = mix64(r->key ^ 0x696e6a) };
+    const struct inject *inj = run_inject(r, INJ_RAW);
+    if (inj) inj->apply(&ix);
+    *unwritten = *outside = 0;
+    unsigned char *st = raw + p->guard;
+    for (size_t i = 0; i < p->elems; i++) {
+        size_t k = 0;
+        while (k < es && st[i * es + k] == 0xff) k++;
+        *unwritten += k == es;
+    }
+    for (size_t i = 0; i < p->guard; i++) *outside += (raw[i] != 0xff) + (st[p->elems * es + i] != 0xff);
+    ix.out = run_decode(p->dt, st, p->rows, p->cols, p->srow, p->scol);
+    if ((inj = run_inject(r, INJ_VALUES))) inj->apply(&ix);
+    return ix.out;
+}
+
+/* Run every gate on output o from its raw storage (downloaded if raw is
+ * NULL): sets res->s, res->v and res->pass; res->plan and res->refs must be
+ * ready.  `when` names the check in failure lines. */
+static void gate_output(struct run *r, int o, struct result *res, unsigned char *raw, const char *when)
+{
+    unsigned char *own = raw ? NULL : (raw = gate_download(r, o));
+    size_t unwritten, outside;
+    float *out = gate_decode(r, o, raw, res->atol, &unwritten, &outside);
+    struct gate_in g = { &r->out[o], &res->plan, &res->refs, out, unwritten, outside, r->out[o].dt,
+                         gate_rtol(r, o), res->atol, gate_base_atol(r, o), r->inputs_nonzero, &res->rep,
+                         r->q, r->q ? QFMTS[r->q->f].snr_gate : 0, r->o->trades_precision };
+    free(res->s.tiles);
+    free(res->s.segs);
+    stats_compute(&res->s, &g);
+    res->pass = 1;
+    for (size_t k = 0; k < N_GATES; k++) {
+        memset(&res->v[k], 0, sizeof res->v[k]);
+        GATES[k].eval(&res->s, &g, &res->v[k]);
+        res->pass &= res->v[k].pass;
+    }
+    res->failed_when = when;
+    free(out);
+    free(own);
+}
+
+/* The first element where two raw storages of output o differ, as (row,
+ * col) and the two values; 0 if they are bitwise equal. */
+static int gate_first_difference(const struct output *p, const unsigned char *a, const unsigned char *b,
+                            struct repeat *rep)
+{
+    size_t es = DTYPES[p->dt].bytes;
+    if (memcmp(a, b, p->elems * es + 2 * p->guard) == 0) return 0;
+    for (size_t i = 0; i < p->rows; i++)
+        for (size_t j = 0; j < p->cols; j++) {
+            size_t at = p->guard + (size_t)((int64_t)i * p->srow + (int64_t)j * p->scol) * es;
+            if (memcmp(a + at, b + at, es) == 0) continue;
+            rep->diff_row = i, rep->diff_col = j;
+            rep->first = dt_load(p->dt, a + p->guard, (at - p->guard) / es);
+            rep->other = dt_load(p->dt, b + p->guard, (at - p->guard) / es);
+            return 1;
+        }
+    rep->diff_row = rep->diff_col = SIZE_MAX;   /* the guard bands differ */
+    return 1;
+}

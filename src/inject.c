@@ -1,0 +1,139 @@
+/* src/inject.c — planted faults (--inject): each a row of INJECTS with the
+ * gate that must catch it; the faults of one op live in its file.  Relies on
+ * run.c (the hook), lowprec.c and attn.c (their faults). */
+
+/* Zero the middle output tile. */
+static void inj_tile(struct inject_ctx *x)
+{
+    const struct output *o = x->o;
+    size_t r0 = (o->rows - 1) / KG_TILE / 2 * KG_TILE, c0 = (o->cols - 1) / KG_TILE / 2 * KG_TILE;
+    for (size_t i = r0; i < o->rows && i < r0 + KG_TILE; i++)
+        for (size_t j = c0; j < o->cols && j < c0 + KG_TILE; j++) x->out[i * o->cols + j] = 0;
+}
+
+/* Make the last (bottom-right, usually partial) tile wrong: v -> 0.5 - v. */
+static void inj_tail(struct inject_ctx *x)
+{
+    const struct output *o = x->o;
+    size_t r0 = (o->rows - 1) / KG_TILE * KG_TILE, c0 = (o->cols - 1) / KG_TILE * KG_TILE;
+    for (size_t i = r0; i < o->rows; i++)
+        for (size_t j = c0; j < o->cols; j++) x->out[i * o->cols + j] = 0.5f - x->out[i * o->cols + j];
+}
+
+/* One NaN in the middle of the output. */
+static void inj_nan(struct inject_ctx *x)
+{
+    x->out[(x->o->rows / 2) * x->o->cols + x->o->cols / 2] = NAN;
+}
+
+/* Add half of atol to every element: inside every element tolerance. */
+static void inj_bias(struct inject_ctx *x)
+{
+    for (size_t i = 0; i < x->o->rows * x->o->cols; i++) x->out[i] += (float)(0.5 * x->atol);
+}
+
+/* Drop one element in 64 (seeded; at least one) to zero. */
+static void inj_drop(struct inject_ctx *x)
+{
+    size_t n = x->o->rows * x->o->cols;
+    x->out[rng_at(x->key, 0) % n] = 0;
+    for (size_t i = 0; i < n; i++)
+        if (rng_at(x->key, i + 1) % 64 == 0) x->out[i] = 0;
+}
+
+/* Shift the middle row right by one column (its first element becomes 0). */
+static void inj_row(struct inject_ctx *x)
+{
+    float *row = x->out + (x->o->rows / 2) * x->o->cols;
+    memmove(row + 1, row, (x->o->cols - 1) * sizeof(float));
+    row[0] = 0;
+}
+
+/* Leave the middle row unwritten: its storage goes back to the poison bytes. */
+static void inj_unwritten(struct inject_ctx *x)
+{
+    const struct output *o = x->o;
+    size_t es = DTYPES[o->dt].bytes, i = o->rows / 2;
+    for (size_t j = 0; j < o->cols; j++)
+        memset(x->raw + o->guard + (size_t)((int64_t)i * o->srow + (int64_t)j * o->scol) * es, 0xff, es);
+}
+
+/* Write one element just past the end of the storage, into the guard band. */
+static void inj_outside(struct inject_ctx *x)
+{
+    memset(x->raw + x->o->guard + x->o->elems * DTYPES[x->o->dt].bytes, 0, DTYPES[x->o->dt].bytes);
+}
+
+/* Flip the lowest bit of the middle element (applied to repeated runs only:
+ * a run that differs from the first, as a race makes it). */
+static void inj_race(struct inject_ctx *x)
+{
+    const struct output *o = x->o;
+    size_t i = o->rows / 2, j = o->cols / 2;
+    x->raw[o->guard + (size_t)((int64_t)i * o->srow + (int64_t)j * o->scol) * DTYPES[o->dt].bytes] ^= 1;
+}
+
+/* Scale one group's (or sequence's) rows by 1 + 2^-5: the middle of the
+ * segments that have rows. */
+static void inj_group(struct inject_ctx *x)
+{
+    const struct output *o = x->o;
+    size_t nonempty = 0, pick = 0, k = 0;
+    for (size_t s = 0; s < o->nseg; s++) nonempty += o->seg[s + 1] > o->seg[s];
+    for (size_t s = 0; s < o->nseg; s++)
+        if (o->seg[s + 1] > o->seg[s] && k++ == nonempty / 2) pick = s;
+    for (size_t i = o->seg[pick]; i < o->seg[pick + 1]; i++)
+        for (size_t j = 0; j < o->cols; j++) x->out[i * o->cols + j] *= 1.03125f;
+}
+
+/* NULL if fault `name` can be planted in case c, else why not. */
+static const char *inj_unfit_segments(const struct kcase *c)
+{
+    return strcmp(c->op->name, "gemm") == 0 ? "needs a grouped or attn case (outputs made of groups or sequences)" : NULL;
+}
+
+static const struct inject INJECTS[] = {
+    { "tile", "worst-tile", "the middle output tile zeroed", INJ_VALUES, inj_tile, NULL },
+    { "tail", "allclose", "the last (partial) tile wrong", INJ_VALUES, inj_tail, NULL },
+    { "nan", "nan-inf", "one NaN in the output", INJ_VALUES, inj_nan, NULL },
+    { "bias", "bias", "0.5*atol added to every element", INJ_VALUES, inj_bias, NULL },
+    { "drop", "allclose", "one element in 64 dropped to zero", INJ_VALUES, inj_drop, NULL },
+    { "row", "allclose", "the middle row shifted by one column", INJ_VALUES, inj_row, NULL },
+    { "unwritten", "written", "the middle row left unwritten", INJ_RAW, inj_unwritten, NULL },
+    { "outside", "in-bounds", "one element written past the end of the output", INJ_RAW, inj_outside, NULL },
+    { "group", "group", "one group's (sequence's) rows scaled by 1+2^-5", INJ_VALUES, inj_group,
+      inj_unfit_segments },
+    { "mask", "allclose", "the causal mask shifted by one key", INJ_VALUES, attn_inj_mask, attn_inj_unfit },
+    { "race", "determinism", "one bit of a repeated run flipped (needs --repeat 2 or more)", INJ_REPEAT,
+      inj_race, NULL },
+    { "scale", "scale", "one scale block of A off by a power of two (quantize stage)", INJ_QSTAGE, q_inj_scale,
+      q_inj_unfit },
+    { "quant", "conversion", "one scale block of A rounded the wrong way (quantize stage)", INJ_QSTAGE,
+      q_inj_quant, q_inj_unfit },
+    { "precision", "baseline", "every element off by up to 2^-6 of itself (a narrow accumulator)", INJ_VALUES,
+      q_inj_precision, q_inj_unfit },
+};
+#define N_INJECTS (sizeof INJECTS / sizeof *INJECTS)
+
+static const struct inject *inject_find(const char *name)
+{
+    for (size_t i = 0; i < N_INJECTS; i++)
+        if (strcmp(INJECTS[i].name, name) == 0) return &INJECTS[i];
+    return NULL;
+}
+
+/* Set the command's default --repeat; exit 2 on an unknown fault, or on
+ * `race` without repeated runs. */
+static void inject_check(struct opts *o, int default_repeat)
+{
+    if (!o->repeat) o->repeat = default_repeat;
+    if (!o->inject) return;
+    if (!inject_find(o->inject)) {
+        char names[256] = "";
+        for (size_t i = 0; i < N_INJECTS; i++)
+            snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s", i ? ", " : "", INJECTS[i].name);
+        die(EXIT_USAGE, "--inject %s: unknown fault (%s)", o->inject, names);
+    }
+    if (inject_find(o->inject)->stage == INJ_REPEAT && o->repeat < 2)
+        die(EXIT_USAGE, "--inject %s plants its fault in repeated runs: give --repeat 2 or more", o->inject);
+}

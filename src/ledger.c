@@ -1,0 +1,591 @@
+/* src/ledger.c — the ledger: append-only JSON lines chained by SHA-256,
+ * appended under a lock in one write; the budget of candidate code objects;
+ * verdicts and bands reused from it; `kgate ledger [verify | best]`.
+ * Relies on util.c, compile.c (arms) and report.c (the JSON of a case). */
+
+/* The ledger (README "Ledger and budget"): JSON lines, append-only, one per
+ * measured arm.  Each line is
+ *   {"seq":N,"prev":"<sha256 of line N-1>",<fields>,"line_sha256":"<sha256>"}
+ * where line_sha256 hashes the line's text before ',"line_sha256"', and the
+ * first line's prev is 64 zeros; `kgate ledger verify` finds any edited,
+ * removed, reordered or torn line.  kgate trusts no verdict of a ledger
+ * whose chain does not verify.  An append takes an exclusive flock,
+ * re-reads and verifies the ledger, re-checks the budget, and writes the
+ * new line with one write() on an O_APPEND descriptor, then fsyncs:
+ * concurrent runs never interleave, and a process killed at any point
+ * leaves whole lines only. */
+
+#define LEDGER_DEFAULT "kgate.ledger"
+#define BUDGET_DEFAULT 3
+#define LEDGER_ZERO "0000000000000000000000000000000000000000000000000000000000000000"
+
+/* What kgate reads back from one ledger line. */
+struct ledger_line {
+    long seq;
+    char role[16], sha[65], kase[256], arch[64], device[256], verdict[16], arm[64], compare[16];
+    char gates[16];               /* the correctness gates' verdict ("" on cached and planted-fault lines) */
+    char conditions[512];         /* what the gates were held to (ledger_conditions) */
+    uint64_t seed;
+    int deliverable, band_measured;
+    double ratio, band, median_us;
+};
+
+struct ledger {
+    const char *path;
+    struct ledger_line *line;
+    size_t n, cap;
+    int budget;
+};
+
+/* The raw text of top-level field `key` of a one-line JSON object into out
+ * (a string without its quotes and with \" and \\ undone; a number, true,
+ * false, null or a nested value as written).  0 if found. */
+static int ledger_field(const char *s, const char *key, char *out, size_t n)
+{
+    int depth = 0, in_str = 0;
+    size_t klen = strlen(key);
+    for (const char *p = s; *p; p++) {
+        if (in_str) {
+            if (*p == '\\' && p[1]) p++;
+            else if (*p == '"') in_str = 0;
+            continue;
+        }
+        if (*p == '{' || *p == '[') { depth++; continue; }
+        if (*p == '}' || *p == ']') { depth--; continue; }
+        if (*p != '"') continue;
+        if (depth == 1 && strncmp(p + 1, key, klen) == 0 && p[1 + klen] == '"' && p[2 + klen] == ':') {
+            const char *v = p + 3 + klen;
+            size_t o = 0;
+            if (*v == '"') {
+                for (v++; *v && *v != '"'; v++) {
+                    if (*v == '\\' && v[1]) v++;
+                    if (o + 1 < n) out[o++] = *v;
+                }
+            } else {
+                int d = 0;
+                for (; *v && (d > 0 || (*v != ',' && *v != '}')); v++) {
+                    d += (*v == '{' || *v == '[') - (*v == '}' || *v == ']');
+                    if (o + 1 < n) out[o++] = *v;
+                }
+            }
+            out[o] = 0;
+            return 0;
+        }
+        in_str = 1;
+    }
+    return -1;
+}
+
+/* A number field of a ledger line; NAN when absent or null. */
+static double ledger_field_num(const char *s, const char *key)
+{
+    char buf[64];
+    return ledger_field(s, key, buf, sizeof buf) == 0 && strcmp(buf, "null") ? atof(buf) : NAN;
+}
+
+/* Parse the fields kgate uses from one ledger line. */
+static void ledger_parse(const char *text, struct ledger_line *l)
+{
+    char buf[32];
+    memset(l, 0, sizeof *l);
+    double seq = ledger_field_num(text, "seq");
+    l->seq = isnan(seq) ? 0 : (long)seq;
+    ledger_field(text, "gates_verdict", l->gates, sizeof l->gates);
+    ledger_field(text, "conditions", l->conditions, sizeof l->conditions);
+    ledger_field(text, "role", l->role, sizeof l->role);
+    ledger_field(text, "code_sha256", l->sha, sizeof l->sha);
+    ledger_field(text, "case", l->kase, sizeof l->kase);
+    ledger_field(text, "arch", l->arch, sizeof l->arch);
+    ledger_field(text, "device", l->device, sizeof l->device);
+    ledger_field(text, "verdict", l->verdict, sizeof l->verdict);
+    ledger_field(text, "arm", l->arm, sizeof l->arm);
+    ledger_field(text, "compare", l->compare, sizeof l->compare);
+    if (ledger_field(text, "seed", buf, sizeof buf) == 0) l->seed = strtoull(buf, NULL, 10);
+    l->deliverable = !(ledger_field(text, "deliverable", buf, sizeof buf) == 0 && strcmp(buf, "false") == 0);
+    l->ratio = ledger_field_num(text, "ratio");
+    l->band = ledger_field_num(text, "band");
+    l->band_measured = ledger_field(text, "aa_ratio", buf, sizeof buf) == 0 && !isnan(l->band);
+    l->median_us = ledger_field_num(text, "median_us");
+}
+
+/* Parse one ledger line (without its newline) into lg's table. */
+static void ledger_add(struct ledger *lg, const char *text)
+{
+    if (lg->n == lg->cap) {
+        lg->cap = lg->cap ? 2 * lg->cap : 64;
+        lg->line = realloc(lg->line, lg->cap * sizeof *lg->line);
+        if (!lg->line) die(EXIT_DEVICE, "out of host memory reading the ledger");
+    }
+    ledger_parse(text, &lg->line[lg->n++]);
+}
+
+/* The ledger file: what `kgate` means by "the ledger" for options o. */
+static const char *ledger_path(const struct opts *o) { return o->ledger_path ? o->ledger_path : LEDGER_DEFAULT; }
+
+/* Check one ledger line (without its newline) against the chain: its seq,
+ * the hash of the line before (prev_sha), and its own line_sha256.  NULL
+ * if it holds, else what is wrong. */
+static const char *ledger_line_problem(const char *line, long seq, const char *prev_sha)
+{
+    static const char marker[] = ",\"line_sha256\":\"";
+    char prev[80], self[65], want[65];
+    if (strncmp(line, "{\"seq\":", 7) != 0) return "not a ledger line";
+    double at = ledger_field_num(line, "seq");
+    if (isnan(at) || at != (double)seq)
+        return "its seq is out of order (a line before it was removed, or lines were reordered)";
+    if (ledger_field(line, "prev", prev, sizeof prev) != 0 || strcmp(prev, prev_sha) != 0)
+        return "its prev is not the sha256 of the line before (that line was edited, removed or reordered)";
+    const char *m = strstr(line, marker);
+    size_t len = strlen(line);
+    if (!m || len < 2 || strcmp(line + len - 2, "\"}") != 0 || (size_t)(line + len - m) != sizeof marker - 1 + 64 + 2)
+        return "its line_sha256 is missing";
+    snprintf(self, sizeof self, "%.64s", m + sizeof marker - 1);
+    sha256_text(line, (size_t)(m - line), want);
+    if (strcmp(self, want) != 0) return "its text does not match its line_sha256 (the line was edited)";
+    return NULL;
+}
+
+/* Walk the ledger text (len bytes) line by line against the chain (see
+ * ledger_line_problem), adding each line to lg when lg is not NULL.
+ * Returns 0 if every line holds; else the number of the first line that
+ * does not, with *why saying what is wrong (a torn last line and a NUL byte
+ * included).  *lines gets the number of lines read, *last_sha the sha256 of
+ * the last one (64 zeros for an empty ledger). */
+static long ledger_walk(const char *text, size_t len, struct ledger *lg, const char **why, long *lines,
+                        char last_sha[65])
+{
+    long seq = 0;
+    snprintf(last_sha, 65, "%s", LEDGER_ZERO);
+    for (size_t at = 0; at < len;) {
+        const char *p = text + at, *nl = memchr(p, '\n', len - at);
+        seq++;
+        *lines = seq;
+        if (!nl) { *why = "it is torn (the file does not end with a newline)"; return seq; }
+        size_t n = (size_t)(nl - p);
+        if (memchr(p, 0, n)) { *why = "it holds a NUL byte"; return seq; }
+        char *line = xmalloc(n + 1);
+        memcpy(line, p, n);
+        line[n] = 0;
+        *why = ledger_line_problem(line, seq, last_sha);
+        if (!*why && lg) ledger_add(lg, line);
+        free(line);
+        if (*why) return seq;
+        sha256_text(p, n, last_sha);
+        at += n + 1;
+    }
+    *lines = seq;
+    return 0;
+}
+
+/* The whole content of open file fd into a new string; NULL on a read
+ * error. */
+static char *ledger_read_fd(int fd, size_t *len)
+{
+    off_t end = lseek(fd, 0, SEEK_END);
+    if (end < 0) return NULL;
+    char *s = xmalloc((size_t)end + 1);
+    size_t got = 0;
+    while (got < (size_t)end) {
+        ssize_t r = pread(fd, s + got, (size_t)end - got, (off_t)got);
+        if (r <= 0) { free(s); return NULL; }
+        got += (size_t)r;
+    }
+    s[got] = 0;
+    *len = got;
+    return s;
+}
+
+/* The whole ledger file at path, read under a shared lock (so never in the
+ * middle of an append); NULL with errno set if it cannot be read. */
+static char *ledger_read(const char *path, size_t *len)
+{
+    int fd = open(path, O_RDONLY);
+    if (fd < 0) return NULL;
+    char *text = flock(fd, LOCK_SH) == 0 ? ledger_read_fd(fd, len) : NULL;
+    int err = errno;
+    close(fd);
+    errno = err;
+    return text;
+}
+
+/* Read the ledger at lg->path into lg (nothing if the file does not exist
+ * yet), every line checked against the chain: exit 2 if it cannot be read
+ * or does not verify, for no verdict is taken from a ledger that was
+ * edited. */
+static void ledger_load(struct ledger *lg)
+{
+    size_t len = 0;
+    char *text = ledger_read(lg->path, &len);
+    if (!text && errno == ENOENT) return;
+    if (!text) die(EXIT_USAGE, "cannot read the ledger %s: %s", lg->path, strerror(errno));
+    const char *why = NULL;
+    long lines = 0, bad = ledger_walk(text, len, lg, &why, &lines, (char[65]){ 0 });
+    if (bad) die(EXIT_USAGE, "the ledger %s does not verify at line %ld: %s (kgate ledger verify)", lg->path, bad, why);
+    free(text);
+}
+
+/* Open the ledger the options name (exit 2 before any work if it cannot be
+ * written) and read it. */
+static void ledger_open(struct ledger *lg, const struct opts *o)
+{
+    memset(lg, 0, sizeof *lg);
+    lg->path = ledger_path(o);
+    lg->budget = o->budget ? o->budget : BUDGET_DEFAULT;
+    int fd = open(lg->path, O_WRONLY | O_APPEND | O_CREAT, 0644);
+    if (fd < 0) die(EXIT_USAGE, "cannot write the ledger %s: %s", lg->path, strerror(errno));
+    close(fd);
+    ledger_load(lg);
+}
+
+/* Distinct candidate code objects in the ledger (diagnostic ones count);
+ * with `sha`, whether that one is among them (*known). */
+static int ledger_candidates(const struct ledger *lg, const char *sha, int *known)
+{
+    int count = 0;
+    if (known) *known = 0;
+    for (size_t i = 0; i < lg->n; i++) {
+        if (strcmp(lg->line[i].role, "candidate") != 0) continue;
+        int seen = 0;
+        for (size_t j = 0; j < i && !seen; j++)
+            seen = strcmp(lg->line[j].role, "candidate") == 0 && strcmp(lg->line[j].sha, lg->line[i].sha) == 0;
+        count += !seen;
+        if (known && sha && strcmp(lg->line[i].sha, sha) == 0) *known = 1;
+    }
+    return count;
+}
+
+/* The best correct checkpoint: the passing deliverable candidate line with
+ * the lowest time ratio, on case `kase` if there is one there (kase may be
+ * NULL), else on any case.  NULL if none. */
+static const struct ledger_line *ledger_best_line(const struct ledger *lg, const char *kase)
+{
+    const struct ledger_line *best = NULL;
+    for (int pass = 0; pass < 2 && !best; pass++)
+        for (size_t i = 0; i < lg->n; i++) {
+            const struct ledger_line *l = &lg->line[i];
+            if (strcmp(l->role, "candidate") || !l->deliverable || isnan(l->ratio) ||
+                (strcmp(l->verdict, "pass") && strcmp(l->verdict, "cached")))
+                continue;
+            if (pass == 0 && (!kase || strcmp(l->kase, kase))) continue;
+            if (!best || l->ratio < best->ratio) best = l;
+        }
+    return best;
+}
+
+/* Where checkpoint b stands against the reference: its time ratio, the
+ * verdict against the band, and the gap that remains when it is slower. */
+static void checkpoint_standing(const struct ledger_line *b, char *buf, size_t n)
+{
+    if (strcmp(b->compare, "slower") == 0)
+        snprintf(buf, n, "%.4f of the reference's time, slower: a remaining gap of %.1f%%", b->ratio, 100 * (b->ratio - 1));
+    else if (strcmp(b->compare, "faster") == 0)
+        snprintf(buf, n, "%.4f of the reference's time, faster by %.1f%%", b->ratio, 100 * (1 - b->ratio));
+    else
+        snprintf(buf, n, "%.4f of the reference's time, at parity (inside the band of +-%.2f%%)", b->ratio, 100 * b->band);
+}
+
+/* Exit 4 if arm a is a candidate whose code object is new to the ledger and
+ * the budget is spent, naming the best correct checkpoint and its gap. */
+static void ledger_budget_check(const struct ledger *lg, const struct arm *a, const char *kase)
+{
+    int known = 0, used = ledger_candidates(lg, a->code.sha, &known);
+    if (!a->candidate || known || used < lg->budget) return;
+    const struct ledger_line *b = ledger_best_line(lg, kase);
+    char best[1024] = "no candidate has passed every gate yet", standing[128];
+    if (b) {
+        checkpoint_standing(b, standing, sizeof standing);
+        snprintf(best, sizeof best, "the best correct checkpoint is '%s' (code object %.12s, ledger line %ld) on "
+                 "%s, %s: %s", b->arm, b->sha, b->seq, b->kase, b->device, standing);
+    }
+    die(EXIT_BUDGET, "budget spent: %d of %d candidate code objects are measured in %s, and '%s' (code object "
+        "%.12s) is new; %s.  Re-running a measured code object costs nothing; --budget N raises the limit",
+        used, lg->budget, lg->path, a->name, a->code.sha, best);
+}
+
+/* What a run holds the gates to, as one line: tolerances, checked
+ * elements, repeats, the precision waiver.  A cached verdict is reused only
+ * under the same conditions. */
+static void ledger_conditions(const struct opts *o, char *buf, size_t n)
+{
+    snprintf(buf, n, "rtol %g atol %g full %d repeat %d trades-precision %s", o->rtol, o->atol, o->full,
+             o->repeat > 1 ? o->repeat : 1, o->trades_precision ? "yes" : "no");
+}
+
+/* The latest ledger line that settled arm a's correctness on case c: same
+ * code object, case, seed, device and conditions, the gates run there (not
+ * reused, no planted fault).  NULL if none. */
+static const struct ledger_line *ledger_verdict_line(const struct ledger *lg, const struct kcase *c,
+                                                     const struct opts *o, const struct device *d,
+                                                     const struct arm *a)
+{
+    char cond[512];
+    ledger_conditions(o, cond, sizeof cond);
+    for (size_t i = lg->n; i-- > 0;) {
+        const struct ledger_line *l = &lg->line[i];
+        if (strcmp(l->sha, a->code.sha) == 0 && strcmp(l->kase, c->label) == 0 && l->seed == o->seed &&
+            strcmp(l->arch, d->arch) == 0 && strcmp(l->device, d->name) == 0 && strcmp(l->conditions, cond) == 0 &&
+            (strcmp(l->gates, "pass") == 0 || strcmp(l->gates, "fail") == 0))
+            return l;
+    }
+    return NULL;
+}
+
+/* Mark the arms whose verdict on case c the ledger already holds: their
+ * gates are not run again (a planted fault always runs them). */
+static void ledger_lookup_cached(const struct ledger *lg, const struct kcase *c, const struct opts *o,
+                                 const struct device *d, struct arm_case *ac, int narms)
+{
+    for (int a = 0; a < narms && !o->inject; a++) {
+        const struct ledger_line *l = ledger_verdict_line(lg, c, o, d, ac[a].arm);
+        if (!l) continue;
+        ac[a].cached = l->seq;
+        ac[a].pass = ac[a].gates_pass = strcmp(l->gates, "pass") == 0;
+    }
+}
+
+/* The A/A band last measured for case c with reference code object `sha`
+ * on this device and seed; its line in *line.  < 0 if none. */
+static double ledger_band(const struct ledger *lg, const struct kcase *c, const struct opts *o,
+                          const struct device *d, const char *sha, long *line)
+{
+    for (size_t i = lg->n; i-- > 0;) {
+        const struct ledger_line *l = &lg->line[i];
+        if (l->band_measured && strcmp(l->sha, sha) == 0 && strcmp(l->kase, c->label) == 0 &&
+            l->seed == o->seed && strcmp(l->device, d->name) == 0 && strcmp(l->arch, d->arch) == 0) {
+            *line = l->seq;
+            return l->band;
+        }
+    }
+    return -1;
+}
+
+/* Append one line with `fields` (JSON members, no braces) for arm a to the
+ * ledger, chained to the last line.  Under an exclusive lock it re-reads and
+ * verifies the whole ledger (another process may have appended meanwhile),
+ * re-checks the budget for a candidate (exit 4 when a concurrent run took
+ * the last slot), then writes the line with one write() and fsyncs; a short
+ * write is cut back off.  Returns the line's seq. */
+static long ledger_append(struct ledger *lg, const char *fields, const struct arm *a, const char *kase)
+{
+    int fd = open(lg->path, O_RDWR | O_APPEND | O_CREAT, 0644);
+    if (fd < 0) die(EXIT_DEVICE, "cannot open the ledger %s: %s", lg->path, strerror(errno));
+    if (flock(fd, LOCK_EX) != 0) die(EXIT_DEVICE, "cannot lock the ledger %s: %s", lg->path, strerror(errno));
+    const char *hold = getenv("KGATE_TEST_LEDGER_HOLD");   /* tests: kill -9 while the lock is held */
+    if (hold) fprintf(stderr, "kgate: holding the ledger lock (test)\n"), usleep((useconds_t)(atof(hold) * 1e6));
+    size_t old = 0;
+    char *text = ledger_read_fd(fd, &old), prev[65];
+    if (!text) die(EXIT_DEVICE, "cannot read the ledger %s: %s", lg->path, strerror(errno));
+    const char *why = NULL;
+    long lines = 0;
+    lg->n = 0;
+    long bad = ledger_walk(text, old, lg, &why, &lines, prev);
+    free(text);
+    if (bad) die(EXIT_USAGE, "the ledger %s does not verify at line %ld: %s; nothing appended", lg->path, bad, why);
+    ledger_budget_check(lg, a, kase);
+    char *line = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&line, &len);
+    fprintf(f, "{\"seq\":%ld,\"prev\":\"%s\",%s", lines + 1, prev, fields);
+    fflush(f);
+    char self[65];
+    sha256_text(line, len, self);
+    fprintf(f, ",\"line_sha256\":\"%s\"}\n", self);
+    fclose(f);
+    ssize_t w = write(fd, line, len);
+    if (w != (ssize_t)len || fsync(fd) != 0) {
+        int err = errno;
+        if (w > 0 && ftruncate(fd, (off_t)old) != 0) err = errno;
+        die(EXIT_DEVICE, "writing the ledger %s failed: %s", lg->path, w < 0 || w == (ssize_t)len ? strerror(err) : "short write (cut back off)");
+    }
+    flock(fd, LOCK_UN);
+    close(fd);
+    line[len - 1] = 0;
+    ledger_add(lg, line);
+    free(line);
+    return lines + 1;
+}
+
+/* Keep arm a's compile options and log beside the ledger, in
+ * <ledger>.objects/<sha256>.txt (once per code object). */
+static void ledger_keep_log(const struct ledger *lg, const struct device *d, const struct arm *a)
+{
+    char dir[PATH_MAX], path[PATH_MAX + 80];
+    snprintf(dir, sizeof dir, "%s.objects", lg->path);
+    snprintf(path, sizeof path, "%s/%s.txt", dir, a->code.sha);
+    if (access(path, F_OK) == 0) return;
+    if (mkdir_p(dir) != 0) die(EXIT_DEVICE, "cannot create %s: %s", dir, strerror(errno));
+    char *log = d->kind == DEV_GPU ? read_file(a->code.log_path, NULL) : NULL;
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    fprintf(f, "arm: %s\nsource: %s\noptions: %s\narch: %s\ncompiler: %s\ncode object: %s (%zu bytes)\n"
+            "compile log:\n%s\n", a->name, a->src_name, *a->options ? a->options : "(none)", d->arch, d->compiler,
+            d->kind == DEV_GPU ? a->code.bin_path : "none (CPU device)", a->code.size,
+            log ? log : "(none)");
+    fclose(f);
+    if (write_file_atomic(path, text, len) != 0) die(EXIT_DEVICE, "cannot write %s: %s", path, strerror(errno));
+    free(text);
+    free(log);
+}
+
+/* The ledger fields of arm a of run r (JSON members, no braces): where and
+ * when, what ran, under which conditions, the arm's verdict (and its gates'
+ * alone, which later runs may reuse: not on a line with a planted fault),
+ * its time and the rounds when the case was timed (timed), the budget, and
+ * every gate value of every output. */
+static void ledger_fields(FILE *f, const struct ledger *lg, const struct run *r, const struct arm_case *ac,
+                          int a, const struct rounds *rd, int timed)
+{
+    const struct device *d = r->d;
+    char when[32];
+    time_t now = time(NULL);
+    struct tm tm;
+    gmtime_r(&now, &tm);
+    strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", &tm);
+    json_str(f, "time", when, 1);
+    fprintf(f, "\"kgate\":\"%s\",", KGATE_VERSION);
+    json_str(f, "command", r->o->command ? r->o->command : "", 1);
+    json_str(f, "device", d->name, 1);
+    json_str(f, "arch", d->arch, 1);
+    fprintf(f, "\"driver\":%d,", d->driver_version);
+    json_str(f, "compiler", d->compiler, 1);
+    json_str(f, "case", r->c->label, 1);
+    fprintf(f, "\"seed\":%" PRIu64 ",", r->o->seed);
+    report_json_arm(f, ac[a].arm, 1);
+    char cond[512];
+    ledger_conditions(r->o, cond, sizeof cond);
+    json_str(f, "conditions", cond, 1);
+    if (r->o->why) json_str(f, "why", r->o->why, 1);
+    if (r->o->inject) json_str(f, "inject", r->o->inject, 1);
+    if (ac[a].cached) fprintf(f, "\"cached_from_line\":%ld,", ac[a].cached);
+    report_json_isa(f, r->o, &ac[a]);
+    json_str(f, "verdict", report_verdict(&ac[a]), 1);
+    if (ac[a].gated && !r->o->inject) json_str(f, "gates_verdict", ac[a].gates_pass ? "pass" : "fail", 1);
+    json_num(f, "median_us", timed && ac[a].total_us > 0 ? ac[a].total_us : NAN, 1);
+    if (rd && timed) report_json_rounds(f, rd, a);
+    int known = 0, used = ledger_candidates(lg, ac[a].arm->code.sha, &known);
+    fprintf(f, "\"budget_used\":%d,\"budget\":%d,", used + (ac[a].arm->candidate && !known), lg->budget);
+    report_json_outputs(f, r, &ac[a]);
+}
+
+/* One ledger line per arm of a case that ran, and each arm's compile log
+ * and options beside the ledger. */
+static void ledger_write_case(struct ledger *lg, struct run *r, struct arm_case *ac, int narms,
+                              const struct rounds *rd, int pass)
+{
+    for (int a = 0; a < narms; a++) {
+        r->geom = ac[a].geom;
+        char *fields = NULL;
+        size_t len = 0;
+        FILE *f = open_memstream(&fields, &len);
+        ledger_fields(f, lg, r, ac, a, rd, pass);
+        fclose(f);
+        ledger_keep_log(lg, r->d, ac[a].arm);
+        long seq = ledger_append(lg, fields, ac[a].arm, r->c->label);
+        free(fields);
+        if (!r->o->quiet) fprintf(stderr, "kgate: ledger %s line %ld: %s %s\n", lg->path, seq, ac[a].arm->name, r->c->label);
+    }
+}
+
+/* --- kgate ledger [verify | best] --- */
+
+/* kgate ledger verify: every line whole and chained; exit 0, or 1 naming
+ * the first line that breaks the chain.  Prints the last line's sha256:
+ * kept elsewhere, it also shows lines cut off the end or a last line
+ * rewritten with its hashes. */
+static int ledger_verify(const char *path)
+{
+    size_t len = 0;
+    char *text = ledger_read(path, &len);
+    if (!text) die(EXIT_USAGE, "cannot read the ledger %s: %s", path, strerror(errno));
+    const char *why = NULL;
+    char last[65];
+    long lines = 0, bad = ledger_walk(text, len, NULL, &why, &lines, last);
+    free(text);
+    if (bad) {
+        printf("ledger %s: line %ld: %s\n", path, bad, why);
+        return EXIT_GATE;
+    }
+    printf("ledger %s: %ld line%s, chain intact; last line sha256 %s\n", path, lines, lines == 1 ? "" : "s", last);
+    return EXIT_PASS;
+}
+
+/* A number of a ledger line as a table cell: "-" when absent. */
+static void cell_num(char *buf, size_t n, const char *line, const char *key, const char *fmt, double scale)
+{
+    double v = ledger_field_num(line, key);
+    if (isnan(v)) snprintf(buf, n, "-");
+    else snprintf(buf, n, fmt, v * scale);
+}
+
+/* kgate ledger: every whole line as a table row, with the budget count;
+ * exit 1, naming the line, when the chain does not verify. */
+static int ledger_table(const char *path)
+{
+    size_t len = 0;
+    char *text = ledger_read(path, &len);
+    if (!text) die(EXIT_USAGE, "cannot read the ledger %s: %s", path, strerror(errno));
+    const char *why = NULL;
+    long lines = 0, bad = ledger_walk(text, len, NULL, &why, &lines, (char[65]){ 0 });
+    printf("%5s %-20s %-40s %-14s %-10s %-12s %-7s %11s %7s %7s %-7s %6s\n", "line", "time (UTC)", "case", "arm",
+           "role", "code object", "verdict", "median-us", "ratio", "band-%", "compare", "budget");
+    for (char *p = text, *nl; *p; p = nl + 1) {
+        nl = strchr(p, '\n');
+        if (!nl) break;
+        *nl = 0;
+        char when[32] = "", kase[256] = "", arm[64] = "", role[16] = "", sha[65] = "", verdict[16] = "",
+             cmp[16] = "-", med[32], ratio[32], band[32], used[16] = "?", budget[16] = "?";
+        ledger_field(p, "time", when, sizeof when);
+        ledger_field(p, "case", kase, sizeof kase);
+        ledger_field(p, "arm", arm, sizeof arm);
+        ledger_field(p, "role", role, sizeof role);
+        ledger_field(p, "code_sha256", sha, sizeof sha);
+        ledger_field(p, "verdict", verdict, sizeof verdict);
+        ledger_field(p, "compare", cmp, sizeof cmp);
+        ledger_field(p, "budget_used", used, sizeof used);
+        ledger_field(p, "budget", budget, sizeof budget);
+        cell_num(med, sizeof med, p, "median_us", "%.1f", 1);
+        cell_num(ratio, sizeof ratio, p, "ratio", "%.4f", 1);
+        cell_num(band, sizeof band, p, "band", "%.2f", 100);
+        char count[40];
+        snprintf(count, sizeof count, "%s/%s", used, budget);
+        printf("%5.0f %-20s %-40.40s %-14.14s %-10s %-12.12s %-7s %11s %7s %7s %-7s %6s\n",
+               ledger_field_num(p, "seq"), when, kase, arm, role, sha, verdict, med, ratio, band, cmp, count);
+    }
+    free(text);
+    if (bad) fprintf(stderr, "kgate: ledger %s: line %ld: %s (kgate ledger verify)\n", path, bad, why);
+    return bad ? EXIT_GATE : EXIT_PASS;
+}
+
+/* kgate ledger best: per case, the best correct deliverable candidate. */
+static int ledger_best(const struct opts *o)
+{
+    struct ledger lg;
+    ledger_open(&lg, o);
+    if (!lg.n) die(EXIT_USAGE, "the ledger %s is empty or absent", lg.path);
+    for (size_t i = 0; i < lg.n; i++) {
+        const char *kase = lg.line[i].kase;
+        int first = 1;
+        for (size_t j = 0; j < i && first; j++) first = strcmp(lg.line[j].kase, kase) != 0;
+        if (!first) continue;
+        const struct ledger_line *b = ledger_best_line(&lg, kase);
+        char standing[128];
+        if (b && strcmp(b->kase, kase) == 0)
+            checkpoint_standing(b, standing, sizeof standing),
+            printf("%s: '%s' (code object %.12s, ledger line %ld, %s): %s\n", kase, b->arm, b->sha, b->seq, b->device,
+                   standing);
+        else
+            printf("%s: no correct deliverable candidate measured against the reference\n", kase);
+    }
+    free(lg.line);
+    return EXIT_PASS;
+}
+
+/* kgate ledger [verify | best] [--ledger FILE]. */
+static int cmd_ledger(const struct opts *o, const char *sub)
+{
+    if (!sub) return ledger_table(ledger_path(o));
+    if (strcmp(sub, "verify") == 0) return ledger_verify(ledger_path(o));
+    if (strcmp(sub, "best") == 0) return ledger_best(o);
+    die(EXIT_USAGE, "ledger %s: expected verify or best (or nothing, for the table)", sub);
+}

@@ -1,0 +1,276 @@
+/* src/options.c — the run options of every command (struct opts), their
+ * parser, the --help text, the device the options name, and `kgate
+ * devices`.  Relies on util.c (parsers) and gpu.c (devices, the --expect
+ * classes). */
+
+/* Options that apply to a whole run (not to one case). */
+struct opts {
+    int device_cpu, device_index;
+    const char *kernels_path;     /* NULL: the embedded kernels.hip */
+    const char *shapes_path;
+    uint64_t seed;
+    int json, full;
+    double rtol, atol;            /* < 0: the dtype's default */
+    const char *why;
+    const char *inject;           /* NULL: none */
+    const char *arch;             /* isa: compile target */
+    int quiet;                    /* selftest: no rows, no progress */
+    int repeat;                   /* runs per case compared (--repeat); 0: the command's default */
+    const char *trades_precision; /* low precision: why the baseline SNR rule is waived */
+    const char *variant;          /* --variant NAME: the candidate arm's name */
+    const char *defines[MAX_DEFINES]; /* -D K=V, as given */
+    int ndefines;
+    int diagnostic;               /* --diagnostic: the variant is not deliverable */
+    const char *ledger_path;      /* --ledger FILE; NULL: ./kgate.ledger where a ledger is kept */
+    int budget;                   /* --budget N: distinct candidate code objects (0: the default) */
+    const char *expect;           /* --expect wgmma|mma|mfma|wmma: the matrix instructions required */
+    int rounds;                   /* compare and noise: interleaved rounds (0: the default) */
+    const char *command;          /* argv[1], for the ledger */
+};
+
+/* Global options: set in `o` and return how many arguments were used (1 or
+ * 2), or 0 if argv[i] is not a global option. */
+/* A -D definition: NAME or NAME=VALUE, NAME an identifier, VALUE without
+ * spaces or quotes (it reaches the compiler as one option). */
+static int opts_define_ok(const char *d)
+{
+    if (!(isalpha((unsigned char)*d) || *d == '_')) return 0;
+    size_t n = strspn(d, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_");
+    if (!d[n]) return 1;
+    if (d[n] != '=' || !d[n + 1]) return 0;
+    for (const char *p = d + n + 1; *p; p++)
+        if (isspace((unsigned char)*p) || *p == '"' || *p == '\'' || *p == '\\') return 0;
+    return 1;
+}
+
+/* The porting options (--variant, -D, --diagnostic, --ledger, --budget,
+ * --expect, --rounds); `val` is the next argument.  Returns the arguments
+ * used, 0 if `key` is none of them; exit 2 on a bad value. */
+static int opts_parse_variant(struct opts *o, const char *key, const char *val)
+{
+    uint64_t v;
+    if (strcmp(key, "--diagnostic") == 0) { o->diagnostic = 1; return 1; }
+    if (strncmp(key, "-D", 2) == 0) {
+        const char *d = key[2] ? key + 2 : val;
+        if (!opts_define_ok(d)) die(EXIT_USAGE, "-D %s: expected NAME or NAME=VALUE (an identifier; no spaces or quotes)", d);
+        if (o->ndefines == MAX_DEFINES) die(EXIT_USAGE, "-D %s: at most %d definitions", d, MAX_DEFINES);
+        o->defines[o->ndefines++] = d;
+        return key[2] ? 1 : 2;
+    }
+    if (strcmp(key, "--variant") == 0) {
+        size_t n = strspn(val, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-.");
+        if (!*val || val[n] || n > 48)
+            die(EXIT_USAGE, "--variant %s: expected a name of up to 48 letters, digits, '_', '-' and '.'", val);
+        o->variant = val;
+        return 2;
+    }
+    if (strcmp(key, "--ledger") == 0) { o->ledger_path = val; return 2; }
+    if (strcmp(key, "--budget") == 0) {
+        if (parse_u64(val, 1, 1000, &v) != 0) die(EXIT_USAGE, "--budget %s: expected a whole number from 1 to 1000", val);
+        o->budget = (int)v;
+        return 2;
+    }
+    if (strcmp(key, "--rounds") == 0) {
+        if (parse_u64(val, 2, 100, &v) != 0) die(EXIT_USAGE, "--rounds %s: expected a whole number from 2 to 100", val);
+        o->rounds = (int)v;
+        return 2;
+    }
+    if (strcmp(key, "--expect") == 0) {
+        if (matrix_class(val) < 0) die(EXIT_USAGE, "--expect %s: expected wgmma, mma, mfma or wmma", val);
+        o->expect = val;
+        return 2;
+    }
+    return 0;
+}
+
+static int opts_parse(struct opts *o, int argc, char **argv, int i)
+{
+    const char *key = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
+    static const char *const with_value[] = { "--device", "--kernels", "--shapes", "--seed",
+                                              "--rtol", "--atol", "--why", "--inject", "--arch",
+                                              "--repeat", "--trades-precision", "--variant", "-D",
+                                              "--ledger", "--budget", "--expect", "--rounds" };
+    int takes = 0;
+    for (size_t k = 0; k < sizeof with_value / sizeof *with_value; k++)
+        if (strcmp(key, with_value[k]) == 0) takes = 1;
+    if (takes && !val) die(EXIT_USAGE, "%s needs a value (see kgate --help)", key);
+    if (strcmp(key, "--json") == 0) { o->json = 1; return 1; }
+    if (strcmp(key, "--full") == 0) { o->full = 1; return 1; }
+    if (strcmp(key, "--device") == 0) {
+        uint64_t v;
+        if (strcmp(val, "cpu") == 0) o->device_cpu = 1;
+        else if (parse_u64(val, 0, 1024, &v) == 0) o->device_index = (int)v, o->device_cpu = 0;
+        else die(EXIT_USAGE, "--device %s: expected a device number or 'cpu'", val);
+        return 2;
+    }
+    if (strcmp(key, "--seed") == 0) {
+        if (parse_u64(val, 0, UINT64_MAX, &o->seed) != 0)
+            die(EXIT_USAGE, "--seed %s: expected a non-negative whole number", val);
+        return 2;
+    }
+    if (strcmp(key, "--repeat") == 0) {
+        uint64_t v;
+        if (parse_u64(val, 1, 1000, &v) != 0) die(EXIT_USAGE, "--repeat %s: expected a whole number from 1 to 1000", val);
+        o->repeat = (int)v;
+        return 2;
+    }
+    if (strcmp(key, "--rtol") == 0 || strcmp(key, "--atol") == 0) {
+        double *dst = key[2] == 'r' ? &o->rtol : &o->atol;
+        if (parse_nonneg(val, dst) != 0) die(EXIT_USAGE, "%s %s: expected a number >= 0", key, val);
+        return 2;
+    }
+    if (strcmp(key, "--kernels") == 0) { o->kernels_path = val; return 2; }
+    if (strcmp(key, "--shapes") == 0) { o->shapes_path = val; return 2; }
+    if (strcmp(key, "--why") == 0) { o->why = val; return 2; }
+    if (strcmp(key, "--inject") == 0) { o->inject = val; return 2; }
+    if (strcmp(key, "--arch") == 0) { o->arch = val; return 2; }
+    if (strcmp(key, "--trades-precision") == 0) {
+        if (!*val) die(EXIT_USAGE, "--trades-precision needs a reason");
+        o->trades_precision = val;
+        return 2;
+    }
+    return opts_parse_variant(o, key, val);
+}
+
+static const char USAGE[] =
+    "usage: kgate COMMAND [options]\n"
+    "\n"
+    "Is a GPU kernel right, and only then, how fast?  Every output is gated against\n"
+    "CPU references; a time is printed only for a case that passed every gate.\n"
+    "\n"
+    "commands:\n"
+    "  all       [--shapes FILE]             every case of a shapes file (default shapes.txt),\n"
+    "                                        each run 3 times (2 on --device cpu) unless --repeat\n"
+    "  gemm      --shape MxNxK [--dtype D] [--layout L] [--bwd]\n"
+    "                                        one GEMM: C = A·B; --bwd adds dA = dC·Bᵀ, dB = Aᵀ·dC\n"
+    "  grouped   --groups M1,M2,... --shape NxK [--dtype D] [--layout NN|NT] [--bwd]\n"
+    "                                        a grouped (MoE) GEMM: C_g = A_g·B_g per group\n"
+    "  attn      --heads Hq[:Hkv] --dim D (--seq Sq[:Sk] [--batch B] | --seqlens S,Sq:Sk,...)\n"
+    "            [--causal] [--scale X] [--dtype f16|bf16] [--bwd]\n"
+    "                                        attention: O and LSE; --bwd adds dQ, dK, dV\n"
+    "  compare   CASE --variant NAME (-D K=V ... | --kernels FILE)\n"
+    "                                        the reference arm (kernels.hip as shipped) and the\n"
+    "                                        candidate: every gate on both, then timed interleaved in\n"
+    "                                        rounds: time ratio, spread, A/A band, faster|parity|slower\n"
+    "  noise     CASE                        the A/A band: the arm timed against a copy of itself\n"
+    "  ledger    [verify | best]             the ledger as a table; check its hash chain; the best\n"
+    "                                        correct checkpoint per case\n"
+    "  devices                               list the GPUs the runtime sees, and the CPU\n"
+    "  selftest                              prove every gate against clean runs and planted faults\n"
+    "  isa       [--arch A] [--expect C]     compile kernels.hip for A (sm_90a, gfx942, ...; default\n"
+    "                                        GPU 0; gfx* without hiprtc: clang offline) and list per\n"
+    "                                        kernel its matrix instructions, registers, shared memory\n"
+    "                                        and spills; --expect wgmma|mma|mfma|wmma: exit 1 unless a\n"
+    "                                        kernel has them (always when no disassembler can count)\n"
+    "  codec     FORMAT [--fp8 ocp|fnuz] (--decode-all | X ...)\n"
+    "                                        ref.c's codecs: e4m3, e5m2, e4m3fnuz, e5m2fnuz, e2m1,\n"
+    "                                        e8m0 (decode only); values from stdin when none given\n"
+    "\n"
+    "case options:\n"
+    "  --dtype D        f32, f16, bf16 (default bf16; attn: f16, bf16); inputs and outputs,\n"
+    "                   fp32 accumulation; gemm and grouped also take the low-precision dtypes\n"
+    "  --layout L       gemm: NN, NT, TN, TT (default NT): A then B; N = A [M][K], B [K][N];\n"
+    "                   T = A stored [K][M], B stored [N][K].  grouped: NN (B [G][K][N]) or\n"
+    "                   NT (B [G][N][K]); A is [sum M][K]\n"
+    "  --shape MxNxK    gemm; grouped: NxK.  Each dimension 1..1048576\n"
+    "  --groups LIST    grouped: the group sizes M_g, comma-separated, 0 allowed (up to 4096)\n"
+    "  --seq Sq[:Sk]    attn: query and key length of every sequence (--batch B of them, default 1)\n"
+    "  --seqlens LIST   attn: varlen batch, one entry per sequence: S, or Sq:Sk (0 allowed)\n"
+    "  --heads Hq[:Hkv] attn: query heads (up to 1024), KV heads (Hq a multiple of Hkv: MHA,\n"
+    "                   GQA, MQA)\n"
+    "  --dim D          attn: head dim, 1..256\n"
+    "  --causal         attn: causal mask, bottom-right aligned when Sq != Sk\n"
+    "  --scale X        attn: softmax scale (default 1/sqrt(D))\n"
+    "  --bwd            the backward outputs too, each gated\n"
+    "\n"
+    "low precision (gemm and grouped; layout NT, forward; gated by SNR, README):\n"
+    "  --dtype e4m3|e5m2 [--scaling tensor|row|block]   fp8, fp32 scales (default tensor; block:\n"
+    "                   A 1x128, B 128x128)\n"
+    "  --dtype mxfp8|mxfp8e5m2|mxfp4 [--mx-rule spec|up]   MX: blocks of 32, E8M0 scales; spec\n"
+    "                   (default): the OCP MX rule, up: rounded up (NVIDIA, TransformerEngine)\n"
+    "  --out bf16|f32   the output (default bf16)\n"
+    "  --fp8 ocp|fnuz   the fp8 encoding (default: the device's; OCP on NVIDIA and the CPU)\n"
+    "\n"
+    "run options:\n"
+    "  --device N|cpu   GPU N (default 0), or cpu: ref.c's candidate runs the same pipeline\n"
+    "  --kernels FILE   compile FILE instead of the embedded kernels.hip (same entry points)\n"
+    "  --seed N         input seed (default 42; printed)\n"
+    "  --repeat N       run each case N times on the same inputs (1..1000): outputs must be\n"
+    "                   bitwise equal, or, for kernels that declare atomics, pass every gate\n"
+    "  --full           check every element (default: all up to 2^31 multiply-adds per output,\n"
+    "                   a tile-covering sample above)\n"
+    "  --rtol X --atol Y  allclose tolerances (defaults: f32 1e-4, f16/bf16 1e-2; attention\n"
+    "                   gradients: see README); looser than the default needs --why \"reason\"\n"
+    "  --why TEXT       the reason for a looser tolerance, printed in the report\n"
+    "  --inject KIND    plant a fault in the candidate's output (compare: the candidate arm's;\n"
+    "                   noise: the first arm's): tile, tail, nan, bias, drop,\n"
+    "                   row, unwritten, outside, group, mask, race; low precision: scale, quant,\n"
+    "                   precision; the gate meant for it must fail\n"
+    "  --trades-precision TEXT  low precision: waive the 3 dB baseline rule, for this reason\n"
+    "  --json           one JSON object per case on stdout (the summary goes to stderr)\n"
+    "\n"
+    "porting (CASE: a case as on the command line, e.g. gemm --shape 2048x2048x2048):\n"
+    "  --variant NAME   the candidate's name; with -D or --kernels it makes a candidate arm\n"
+    "  -D NAME[=VALUE]  a definition for the candidate's compile (repeatable; e.g. GEMM_BM=128)\n"
+    "  --diagnostic     the variant counts against the budget but is not deliverable\n"
+    "  --rounds N       compare and noise: interleaved rounds (2..100, default 10)\n"
+    "  --ledger FILE    the ledger (default ./kgate.ledger; kept by compare and noise, and by\n"
+    "                   any run of a candidate or given --ledger)\n"
+    "  --budget N       distinct candidate code objects the ledger may hold (default 3); a new\n"
+    "                   one beyond it is refused with exit 4\n"
+    "\n"
+    "exit: 0 every gate passed (skipped cases: the device lacks their format), 1 a gate failed,\n"
+    "      2 bad usage or input, 3 no GPU runtime, 4 budget spent,\n"
+    "      5 device, kernel or compiler error\n"
+    "environment: KGATE_CACHE (code-object cache dir), KGATE_THREADS, KGATE_NVRTC,\n"
+    "      KGATE_HIPRTC, KGATE_CUDA, KGATE_HIP (library paths), KGATE_COMPILE_TIMEOUT (s)\n";
+
+/* Open the device the options name: the CPU, or GPU N (each arm builds
+ * and loads its own kernels). */
+static void opts_open_device(struct device *d, const struct opts *o)
+{
+    memset(d, 0, sizeof *d);
+    if (o->device_cpu) {
+        if (o->kernels_path) die(EXIT_USAGE, "--kernels needs a GPU device; --device cpu runs ref.c's candidate");
+        cpu_open(d);
+        return;
+    }
+    gpu_open(d, o->device_index);
+}
+
+/* Give back what opts_open_device took. */
+static void opts_close_device(struct device *d)
+{
+    dev_free(d, d->flush);
+    dev_free(d, d->clock_buf);
+    d->flush = d->clock_buf = 0;
+}
+
+/* kgate devices: every GPU the runtime sees, and the CPU. */
+static int cmd_devices(const struct opts *o, const char *sub)
+{
+    (void)o, (void)sub;
+    struct device d;
+    memset(&d, 0, sizeof d);
+    char cpu[256];
+    cpu_name(cpu, sizeof cpu);
+    printf("cpu  %s (--device cpu)\n", cpu);
+    gpu_load_runtime(&d);
+    int n = 0;
+    d.rt.dev_count(&n);
+    for (int i = 0; i < n; i++) {
+        struct device g;
+        memset(&g, 0, sizeof g);
+        g.pf = d.pf, g.rt = d.rt, g.rtc = d.rtc;
+        int h;
+        gpu_check(&g, g.rt.dev_get(&h, i), "getting a device");
+        char name[256] = "";
+        g.rt.dev_name(name, sizeof name, h);
+        int sms = 0;
+        g.rt.dev_attr(&sms, ATTR_ID[g.pf][AT_SMS], h);
+        size_t mem = 0;
+        g.rt.dev_mem(&mem, h);
+        printf("%-4d %s, %d SMs/CUs, %.1f GiB (%s)\n", i, name, sms, mem / 1073741824.0, PF_NAME[g.pf]);
+    }
+    return EXIT_PASS;
+}

@@ -1,0 +1,315 @@
+/* src/products.c — what gemm, grouped and low precision share: product
+ * outputs made of blocks, group offsets, the launches (portable kernels, the
+ * sm_90a wgmma path fed by TMA, the CPU candidate), and the references of a
+ * product block by block.  Relies on gpu.c, compile.c (the arm), run.c and
+ * plan.c. */
+
+/* A product output of nparts blocks, launched as `pl` says. */
+static struct output *product_output(struct run *r, const char *name, size_t rows, size_t cols,
+                                     int64_t srow, int64_t scol, size_t nparts, struct prod_launch pl)
+{
+    struct output *o = run_output(r, name, r->c->dt, rows, cols, srow, scol);
+    o->parts = run_owned(r, (nparts ? nparts : 1) * sizeof *o->parts);
+    o->nparts = nparts, o->pl = pl;
+    return o;
+}
+
+/* Add block (row0, rows, inner, x, y) to output o; its work to the totals. */
+static void product_part(struct output *o, size_t i, size_t row0, size_t rows, size_t inner, const float *x,
+                     const float *y)
+{
+    o->parts[i] = (struct part){ row0, rows, inner, x, y, NULL };
+    o->flops += 2.0 * rows * o->cols * inner;
+    o->check_macs += (double)rows * o->cols * inner;
+}
+
+/* A grouped case's G+1 group offsets: offs[g] rows, and tile_offs[g] row
+ * tiles of 64, before group g; on the host and uploaded. */
+struct groups { const uint32_t *offs, *tile_offs; uint64_t doffs, dtiles; };
+
+static struct groups product_groups(struct run *r)
+{
+    const struct kcase *c = r->c;
+    size_t G = c->nlens;
+    uint32_t *offs = run_owned(r, (G + 1) * sizeof *offs), *tile_offs = run_owned(r, (G + 1) * sizeof *offs);
+    for (size_t g = 0; g < G; g++) {
+        offs[g + 1] = offs[g] + c->lens[g];
+        tile_offs[g + 1] = tile_offs[g] + (c->lens[g] + 63) / 64;
+    }
+    return (struct groups){ offs, tile_offs, run_upload_ints(r, offs, G + 1), run_upload_ints(r, tile_offs, G + 1) };
+}
+
+/* Segments, launch arrays and launch fields shared by a grouped case's
+ * ragged-rows outputs (C and dA). */
+static void product_ragged_rows(struct run *r, struct output *o, const struct groups *gs)
+{
+    size_t G = r->c->nlens;
+    o->seg = gs->offs, o->nseg = G, o->seg_name = "group";
+    o->pl.ragged = RAG_ROWS, o->pl.doffs = gs->doffs, o->pl.dtiles = gs->dtiles, o->pl.tiles = gs->tile_offs[G];
+    o->pl.groups = G, o->pl.offs = gs->offs;
+}
+
+/* Output o of a product on the CPU: per group, read the operands through the
+ * launch's strides from the same buffers and run ref.c's candidate. */
+static void product_cpu(const struct output *p)
+{
+    const struct prod_launch *L = &p->pl;
+    enum dtype t = p->dt;
+    size_t es = DTYPES[t].bytes, groups = L->ragged == RAG_NONE ? 1 : L->groups;
+    for (size_t g = 0; g < groups; g++) {
+        size_t m = L->m, k = L->k;
+        int64_t xo = 0, yo = 0, co = 0;
+        if (L->ragged == RAG_ROWS) {
+            m = L->offs[g + 1] - L->offs[g];
+            xo = (int64_t)L->offs[g] * L->sxm, yo = (int64_t)g * L->syg, co = (int64_t)L->offs[g] * p->srow;
+        } else if (L->ragged == RAG_INNER) {
+            k = L->offs[g + 1] - L->offs[g];
+            xo = (int64_t)L->offs[g] * L->sxk, yo = (int64_t)L->offs[g] * L->syk, co = (int64_t)g * L->scg;
+        }
+        float *x = run_decode(t, (char *)(uintptr_t)L->dx + xo * (int64_t)es, m, k, L->sxm, L->sxk);
+        float *y = run_decode(t, (char *)(uintptr_t)L->dy + yo * (int64_t)es, k, L->n, L->syk, L->syn);
+        cpu_candidate_gemm(t, x, y, m, k, L->n, (char *)(uintptr_t)p->buf + co * (int64_t)es, p->srow, p->scol);
+        free(x);
+        free(y);
+    }
+}
+
+/* The row tiles of a grouped launch are counted on the host in tiles of 64
+ * (product_groups); exit 2 if the current arm's kernels use another tile. */
+static void product_tile_check(const struct device *d)
+{
+    if (d->arm->tile_m != 64)
+        die(EXIT_USAGE, "%s (%s): grouped launches count row tiles of 64 on the host, but this build "
+            "has GEMM_BM = %d", d->arm->name, d->arm->src_name, d->arm->tile_m);
+}
+
+/* --- the sm_90a path (kernels.hip, "GEMM, Hopper path") --- */
+
+/* Whether TMA can read rows at base with a row stride of ld es-byte
+ * elements: both aligned to 16 bytes. */
+static int tma_aligned(uint64_t base, int64_t ld, size_t es) { return base % 16 == 0 && ld * (int64_t)es % 16 == 0; }
+
+/* A TMA descriptor (CUtensorMap): 128 opaque bytes, 64-byte aligned. */
+struct tmap { _Alignas(64) unsigned char b[128]; };
+
+/* Encode into m the tensor map of a K-major operand of `es`-byte elements
+ * (2: fp16 or bf16 as dt; 1: fp8 codes): `rows` rows of K elements at device
+ * address base, row stride ld elements, read in boxes of 128 bytes x
+ * box_rows with the 128-byte swizzle and zeros out of range.  Returns 0,
+ * encoding nothing, when TMA cannot take the operand (base or row stride not
+ * a multiple of 16 bytes, K = 0); exits 5 when the driver refuses a map it
+ * should take. */
+static int tmap_encode(const struct device *d, struct tmap *m, size_t es, enum dtype dt, uint64_t base,
+                       size_t rows, size_t K, int64_t ld, unsigned box_rows)
+{
+    uint64_t stride = (uint64_t)ld * es;
+    if (!K || !rows || !tma_aligned(base, ld, es) || stride >= (1ull << 40)) return 0;
+    if (!d->rt.tmap_encode) die(EXIT_DEVICE, "the driver lacks cuTensorMapEncodeTiled (sm_90a GEMM)");
+    const uint64_t dims[2] = { K, rows }, strides[1] = { stride };
+    const unsigned box[2] = { (unsigned)(128 / es), box_rows }, step[2] = { 1, 1 };
+    int type = es == 1 ? 0 : dt == DT_BF16 ? 9 : 6;   /* CU_TENSOR_MAP_DATA_TYPE_UINT8 / _BFLOAT16 / _FLOAT16 */
+    kg_res r = d->rt.tmap_encode(m->b, type, 2, (void *)(uintptr_t)base, dims, strides, box, step,
+                                 0 /* no interleave */, 3 /* 128-byte swizzle */, 2 /* L2 promotion 128 B */,
+                                 0 /* zero fill */);
+    if (r != 0) die(EXIT_DEVICE, "cuTensorMapEncodeTiled failed: %s (%d)", gpu_err_name(d, r), r);
+    return 1;
+}
+
+/* The operands, units and tensor maps of one sm_90a launch (kernels.hip,
+ * "GEMM, Hopper path"): X rows [0, m) (all groups' rows) at x, row stride
+ * ldx; Y^T rows [0, G x n) at y, row stride ldy, group g's at + g x syg;
+ * K-major, es-byte elements. */
+struct sm90_args {
+    struct tmap ta, tb;
+    uint64_t x, y;
+    int64_t ldx, ldy, syg;
+    int use_tma, G, units, M, N, K;
+    struct launch_dims l;
+};
+
+/* Row stride in bytes of a packed operand: K elements rounded up to 16 bytes. */
+static size_t pack_ld_bytes(size_t K, size_t es) { return (K * es + 15) / 16 * 16; }
+
+/* Queue kg_pack_rows: `rows` rows of K es-byte elements from src (row r is
+ * row r % per of group r / per: at src + (r / per x sg + r % per x ld)
+ * elements) into dst, pack_ld_bytes apart. */
+static void pack_launch(struct device *d, uint64_t src, uint64_t dst, size_t rows, size_t per, size_t K,
+                        int64_t ld, int64_t sg, size_t es)
+{
+    long long R = (long long)rows, P = (long long)per;
+    int cols = (int)K, dld = (int)pack_ld_bytes(K, es), eb = (int)es;
+    uint64_t chunks = (uint64_t)rows * (uint64_t)dld / 16, most = 16ull * dev_sms(d);
+    unsigned blocks = (unsigned)((chunks + 255) / 256 < most ? (chunks + 255) / 256 : most);
+    void *params[] = { &src, &dst, &R, &P, &cols, &ld, &sg, &dld, &eb };
+    gpu_launch(d, "kg_pack_rows", blocks, 1, 1, 256, params);
+}
+
+/* When the arm packs (sm90_pack): replace in s each operand of L (G groups,
+ * 0 when plain; Y^T's ny rows) that TMA cannot read (a row stride or base
+ * not aligned to 16 bytes, or Y's groups not n rows apart) by a packed copy
+ * in L's scratch (allocated on the first launch, which is never a timed
+ * one), queued before the GEMM so that its time counts in the launch's. */
+static void sm90_pack(struct run *r, struct prod_launch *L, size_t es, size_t G, size_t ny, struct sm90_args *s)
+{
+    size_t ld = pack_ld_bytes(L->k, es);
+    int px = !tma_aligned(s->x, s->ldx, es);
+    int py = !tma_aligned(s->y, s->ldy, es) || (G && s->syg != (int64_t)L->n * s->ldy);
+    if (!r->d->arm->sm90_pack || !L->k || !L->m || !ny || !(px || py)) return;
+    if (!L->dpack) L->dpack = run_dev(r, ld * (L->m + ny));
+    if (px) {
+        pack_launch(r->d, s->x, L->dpack, L->m, L->m, L->k, s->ldx, 0, es);
+        s->x = L->dpack, s->ldx = (int64_t)(ld / es);
+    }
+    if (py) {
+        pack_launch(r->d, s->y, L->dpack + ld * L->m, ny, L->n, L->k, s->ldy, s->syg, es);
+        s->y = L->dpack + ld * L->m, s->ldy = (int64_t)(ld / es), s->syg = (int64_t)(L->n * ld / es);
+    }
+}
+
+/* Units, grid and tensor maps of an sm_90a launch over the product L of
+ * es-byte elements (dt for the tensor map; groups when L is ragged rows):
+ * a persistent grid of one 384-thread block per SM in clusters of the
+ * arm's size, at most one cluster per unit (a unit: that many tiles stacked
+ * in M); packed operands where sm90_pack makes them; TMA when tmap_encode
+ * takes both operands (and Y's groups are N rows apart), the loads
+ * producer otherwise. */
+static void sm90_args(struct run *r, struct prod_launch *L, size_t es, enum dtype dt, struct sm90_args *s)
+{
+    const struct arm *a = r->d->arm;
+    size_t G = L->ragged == RAG_ROWS ? L->groups : 0, tn = tile_count((int)L->n, a->sm90_tile_n);
+    size_t cl = (size_t)a->sm90_cluster, tiles = 0, units = 0;
+    for (size_t g = 0; g < (G ? G : 1); g++) {
+        size_t tm = tile_count((int)(G ? L->offs[g + 1] - L->offs[g] : L->m), a->sm90_tile_m);
+        tiles += tm * tn, units += (tm + cl - 1) / cl * tn;
+    }
+    if (units > INT32_MAX) die(EXIT_USAGE, "%s: %zu tiles: too many for one launch", r->c->label, tiles);
+    memset(s, 0, sizeof *s);
+    size_t ny_rows = G ? G * L->n : L->n;
+    s->x = L->dx, s->y = L->dy, s->ldx = L->sxm, s->ldy = L->syn, s->syg = L->syg;
+    sm90_pack(r, L, es, G, ny_rows, s);
+    s->use_tma = (!G || s->syg == (int64_t)L->n * s->ldy) &&
+                 tmap_encode(r->d, &s->ta, es, dt, s->x, L->m, L->k, s->ldx, (unsigned)a->sm90_tile_m) &&
+                 tmap_encode(r->d, &s->tb, es, dt, s->y, ny_rows, L->k, s->ldy, (unsigned)(a->sm90_tile_n / cl));
+    s->G = (int)G, s->units = (int)units, s->M = (int)L->m, s->N = (int)L->n, s->K = (int)L->k;
+    size_t clusters = dev_sms(r->d) / cl;
+    unsigned blocks = (unsigned)((units < clusters ? units : clusters ? clusters : 1) * cl);
+    s->l = (struct launch_dims){ { blocks, 1, 1 }, 384, (unsigned)a->sm90_smem, tiles };
+}
+
+/* Output o through the sm_90a GEMM (kg_gemm_sm90_<dt>) when the current arm
+ * has it and o qualifies: an fp16 or bf16 product, plain or grouped by
+ * ragged rows, whose operands both have K contiguous (sxk = syk = 1).
+ * Returns 0, launching nothing, when o does not qualify. */
+static int sm90_launch(struct run *r, struct output *p)
+{
+    struct prod_launch *L = &p->pl;
+    if (r->d->arm->sm90_smem <= 0 || L->ragged == RAG_INNER || (p->dt != DT_BF16 && p->dt != DT_F16) ||
+        L->sxk != 1 || L->syk != 1)
+        return 0;
+    struct sm90_args s;
+    sm90_args(r, L, 2, p->dt, &s);
+    void *params[] = { &s.ta, &s.tb, &s.use_tma, &s.x, &s.y, &p->buf, &L->doffs, &s.G, &s.units, &s.M,
+                       &s.N, &s.K, &s.ldx, &s.ldy, &s.syg, &p->srow, &p->scol };
+    gpu_launch_dims(r->d, p->dt == DT_BF16 ? "kg_gemm_sm90_bf16" : "kg_gemm_sm90_f16", &s.l, params);
+    return 1;
+}
+
+/* Output o of a product (gemm or grouped).  GPU: the portable kernels, a
+ * BM x BN tile (the arm's; 64 x 64 as shipped) per block of 256 threads:
+ * kg_gemm_<dt> (grid N/BN x M/BM), kg_grouped_<dt> (ragged rows; grid N/BN
+ * x the groups' row tiles) or kg_grouped_wgrad_<dt> (ragged inner; grid
+ * N/BN x M/BM x G).  CPU: product_cpu. */
+static void product_launch(struct run *r, int o)
+{
+    static const char *const fname[3][DT_COUNT] = {
+        { "kg_gemm_f32", "kg_gemm_f16", "kg_gemm_bf16" },
+        { "kg_grouped_f32", "kg_grouped_f16", "kg_grouped_bf16" },
+        { "kg_grouped_wgrad_f32", "kg_grouped_wgrad_f16", "kg_grouped_wgrad_bf16" },
+    };
+    struct output *p = &r->out[o];
+    struct prod_launch *L = &p->pl;
+    if (r->d->kind == DEV_CPU) { product_cpu(p); return; }
+    if (sm90_launch(r, p)) return;
+    const char *name = fname[L->ragged][p->dt];
+    int M = (int)L->m, N = (int)L->n, K = (int)L->k, G = (int)L->groups;
+    unsigned gx = tile_count(N, r->d->arm->tile_n), gm = tile_count(M, r->d->arm->tile_m);
+    if (L->ragged == RAG_ROWS) product_tile_check(r->d);
+    if (L->ragged == RAG_NONE) {
+        void *params[] = { &L->dx, &L->dy, &p->buf, &M, &N, &K, &L->sxm, &L->sxk,
+                           &L->syk, &L->syn, &p->srow, &p->scol };
+        gpu_launch(r->d, name, gx, gm, 1, 256, params);
+    } else if (L->ragged == RAG_ROWS) {
+        void *params[] = { &L->dx, &L->dy, &p->buf, &L->doffs, &L->dtiles, &G, &N, &K, &L->sxm, &L->sxk,
+                           &L->syk, &L->syn, &L->syg, &p->srow, &p->scol };
+        gpu_launch(r->d, name, gx, (unsigned)L->tiles, 1, 256, params);
+    } else {
+        void *params[] = { &L->dx, &L->dy, &p->buf, &L->doffs, &G, &M, &N, &L->sxm, &L->sxk,
+                           &L->syk, &L->syn, &L->scg, &p->srow, &p->scol };
+        gpu_launch(r->d, name, gx, gm, (unsigned)G, 256, params);
+    }
+}
+
+/* --- references --- */
+
+/* Block pt's product on the given rows (nr of them; NULL: all) and columns
+ * (nc of them; NULL: all), accumulated as `kind`, into out (double for
+ * ACC_F64, float otherwise): ref.c's qprod for quantized operands (quant),
+ * else mm_select on the canonical x and y. */
+static void part_select(enum acc_kind kind, int quant, const struct part *pt, size_t cols, const uint32_t *rows,
+                        size_t nr, const uint32_t *sel, size_t nc, void *out)
+{
+    if (quant) qprod_select(kind, pt->q, rows, nr, sel, nc, out);
+    else mm_select(kind, pt->x, pt->y, pt->inner, cols, rows, nr, sel, nc, out);
+}
+
+/* One reference of block pt on the plan, accumulated as `kind`: the plan's
+ * rows that fall in it (local, b - a of them) into out_r from row a, and all
+ * its rows on the plan's columns into out_c from row pt->row0; a float
+ * reference is rounded to the output's dtype. */
+static void ref_block(enum acc_kind kind, int quant, const struct output *o, const struct part *pt,
+                      const struct plan *p, const uint32_t *local, size_t a, size_t b, void *out_r, void *out_c)
+{
+    size_t es = kind == ACC_F64 ? sizeof(double) : sizeof(float);
+    char *r = (char *)out_r + a * o->cols * es, *c = (char *)out_c + pt->row0 * p->nc * es;
+    if (b > a) {
+        part_select(kind, quant, pt, o->cols, local, b - a, NULL, o->cols, r);
+        if (kind != ACC_F64) refs_round(o->dt, (float *)r, (b - a) * o->cols);
+    }
+    if (p->nc) {
+        part_select(kind, quant, pt, o->cols, NULL, pt->rows, p->cols, p->nc, c);
+        if (kind != ACC_F64) refs_round(o->dt, (float *)c, pt->rows * p->nc);
+    }
+}
+
+/* The references of one product block on the plan: the plan's rows that fall
+ * in the block (a contiguous run of them, as both ascend) and all rows on the
+ * plan's columns; double, then fp32 in the kernels' order rounded to the
+ * dtype.  Quantized operands multiply their decoded codes and scales, and
+ * add the unquantised (bf16) product as hp.  A block with no inner dimension
+ * is exactly zero (already, from refs_alloc). */
+static void refs_part(struct refs *f, const struct output *o, const struct part *pt, const struct plan *p,
+                      double *ref_s, double *lp_s)
+{
+    size_t a = 0, b;
+    while (a < p->nr && p->rows[a] < pt->row0) a++;
+    for (b = a; b < p->nr && p->rows[b] < pt->row0 + pt->rows; b++) {}
+    if (pt->inner == 0 || pt->rows == 0) return;
+    uint32_t *local = xmalloc((b - a + 1) * sizeof *local);
+    for (size_t i = a; i < b; i++) local[i - a] = (uint32_t)(p->rows[i] - pt->row0);
+    int quant = pt->q != NULL;
+    double t0 = now_s();
+    ref_block(ACC_F64, quant, o, pt, p, local, a, b, f->ref_r, f->ref_c);
+    double t1 = now_s();
+    ref_block(ACC_F32_SEQ, quant, o, pt, p, local, a, b, f->lp_r, f->lp_c);
+    *ref_s += t1 - t0, *lp_s += now_s() - t1;
+    if (quant) ref_block(ACC_F64, 0, o, pt, p, local, a, b, f->hp_r, f->hp_c);
+    free(local);
+}
+
+/* The op row's reference hook of a product output (gemm, grouped, low
+ * precision): block by block on plan p (refs_part). */
+static void product_reference(struct run *r, int o, const struct plan *p, struct refs *f)
+{
+    const struct output *out = &r->out[o];
+    for (size_t i = 0; i < out->nparts; i++) refs_part(f, out, &out->parts[i], p, &f->ref_s, &f->lp_s);
+}

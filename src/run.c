@@ -1,0 +1,257 @@
+/* src/run.c — a case while it runs: its outputs (device buffers between
+ * guard bands), the buffers it owns, seeded inputs and their uploads, and
+ * the hook of a planted fault.  Relies on util.c, ref.c, gpu.c and case.c. */
+
+/* A block of a product output: rows [row0, row0 + rows) of the output are
+ * x (rows x inner) · y (inner x cols), canonical row-major floats. */
+struct part { size_t row0, rows, inner; const float *x, *y; const struct qprod *q; };
+
+/* How a product output is launched.  X[m][k] is at dx + m*sxm + k*sxk,
+ * Y[k][n] at dy + k*syk + n*syn, C[m][n] at buf + m*srow + n*scol; and by
+ * groups: ragged rows (group g owns rows [offs[g], offs[g+1]) and reads Y at
+ * + g*syg) or ragged inner (group g sums k over [offs[g], offs[g+1]) and
+ * writes C at + g*scg). */
+enum ragged { RAG_NONE, RAG_ROWS, RAG_INNER };
+struct prod_launch {
+    enum ragged ragged;
+    uint64_t dx, dy, doffs, dtiles;   /* doffs, dtiles: device int arrays (groups) */
+    int64_t sxm, sxk, syk, syn, syg, scg;
+    size_t m, n, k, groups, tiles;    /* tiles: ragged rows' total row tiles of 64 */
+    const uint32_t *offs;             /* host copy of the group offsets */
+    uint64_t dpack;                   /* sm_90a: the operands packed for TMA (sm90_pack), made on first use */
+};
+
+/* One output of a case, as the gates see it: a rows x cols matrix of dtype
+ * dt stored in device memory with element strides (srow, scol), between two
+ * guard bands. */
+struct output {
+    const char *name;             /* "C", "dA", "dB", "O", "LSE", "dQ", "dK", "dV" */
+    enum dtype dt;
+    size_t rows, cols;
+    int64_t srow, scol;           /* storage strides, elements */
+    size_t elems;                 /* storage size, elements */
+    uint64_t buf;                 /* device buffer: the first element */
+    size_t guard;                 /* bytes poisoned before and after the storage */
+    int launch;                   /* the output whose launch computes this one (itself: the owner) */
+    double flops;                 /* of the launch, on its owner */
+    double check_macs;            /* multiply-adds of a full reference: full or sampled check */
+    unsigned head_dim;            /* > 0: a sampled plan's columns are one whole head of this many */
+    int grad;                     /* an attention gradient: tolerances as gate_atol says */
+    const uint32_t *seg;          /* row segments (groups, sequences): nseg + 1 offsets, or NULL */
+    size_t nseg;
+    const char *seg_name;         /* "group", "sequence" */
+    struct part *parts;           /* products: the blocks the reference multiplies */
+    size_t nparts;
+    struct prod_launch pl;        /* products: the launch */
+};
+
+#define MAX_OUT 6
+#define MAX_OWNED 32
+#define GUARD_BYTES 4096
+
+struct attn_case;
+struct qrun;
+struct qoperand;
+
+/* A planted fault, applied to a candidate's output after it is read back and
+ * before the gates: each must be caught by the gate named in its row. */
+struct inject_ctx {
+    struct run *r;
+    int oi;                       /* the output's index */
+    const struct output *o;
+    float *out;                   /* rows x cols, decoded */
+    unsigned char *raw;           /* the storage with its guard bands, as read back */
+    double atol;
+    uint64_t key;
+    struct qoperand *qop;         /* the quantize stage (INJ_QSTAGE): operand A, */
+    uint8_t *qcodes;              /* the kernel's codes and scales as read back */
+    unsigned char *qscales;
+};
+
+enum inj_stage {
+    INJ_QSTAGE,   /* on the quantize-only kernel's codes and scales (low precision) */
+    INJ_VALUES,   /* on the decoded values of every check */
+    INJ_RAW,      /* on the storage bytes of every check */
+    INJ_REPEAT,   /* on the storage bytes of the repeated runs (--repeat) only */
+};
+
+struct inject {
+    const char *name, *gate, *what;
+    enum inj_stage stage;
+    void (*apply)(struct inject_ctx *);
+    const char *(*unfit)(const struct kcase *);   /* NULL: any case */
+};
+
+/* Everything one case needs while it runs; run_release frees it. */
+struct run {
+    const struct kcase *c;
+    struct device *d;
+    const struct opts *o;
+    uint64_t key;                 /* input stream key: seed, case label and lengths */
+    int nout;
+    struct output out[MAX_OUT];
+    void *host[MAX_OWNED];        /* host buffers, owned */
+    int nhost;
+    uint64_t dev[MAX_OWNED];      /* device buffers, owned */
+    int ndev;
+    int inputs_nonzero;           /* every input has max|x| > 0 */
+    struct attn_case *attn;       /* attn cases: geometry, inputs, statistics */
+    struct qrun *q;               /* low-precision cases: operands, scales, the quantize stage */
+    struct launch_geom *geom;     /* GPU, per launch owner: the kernels its last launch ran (the current arm's) */
+    const struct inject *inj;     /* --inject's fault (src/inject.c), or NULL */
+    int inject_off;               /* the arm that runs now is not the one --inject plants a fault in */
+};
+
+static void *run_owned(struct run *r, size_t bytes)
+{
+    if (r->nhost == MAX_OWNED) die(EXIT_DEVICE, "internal: too many host buffers");
+    return r->host[r->nhost++] = xcalloc(1, bytes);
+}
+
+static float *run_host(struct run *r, size_t n) { return run_owned(r, n * sizeof(float)); }
+
+static uint64_t run_dev(struct run *r, size_t bytes)
+{
+    if (r->ndev == MAX_OWNED) die(EXIT_DEVICE, "internal: too many device buffers");
+    return r->dev[r->ndev++] = dev_alloc(r->d, bytes);
+}
+
+static void run_release(struct run *r)
+{
+    for (int i = 0; i < r->nhost; i++) free(r->host[i]);
+    for (int i = 0; i < r->ndev; i++) dev_free(r->d, r->dev[i]);
+    r->nhost = r->ndev = 0;
+}
+
+/* A seeded input tensor of n elements: uniform in [-1, 1), scaled so that
+ * max|x| = 1, rounded to dtype t.  Stream `id` of the run's key. */
+static float *run_input(struct run *r, int id, size_t n, enum dtype t)
+{
+    float *v = run_host(r, n);
+    uint64_t key = mix64(r->key ^ (uint64_t)id);
+    float mx = 0;
+    for (size_t i = 0; i < n; i++) {
+        v[i] = rng_sym(key, i);
+        mx = fabsf(v[i]) > mx ? fabsf(v[i]) : mx;
+    }
+    if (mx > 0)
+        for (size_t i = 0; i < n; i++) v[i] = dt_round(t, v[i] / mx);
+    else if (n > 0)
+        r->inputs_nonzero = 0;
+    return v;
+}
+
+/* Upload float values (exactly representable in t) as dtype t; returns the
+ * device buffer. */
+static uint64_t run_upload(struct run *r, const float *v, size_t n, enum dtype t)
+{
+    size_t bytes = n * DTYPES[t].bytes;
+    void *raw = xmalloc(bytes);
+    for (size_t i = 0; i < n; i++) dt_store(t, raw, i, v[i]);
+    uint64_t p = run_dev(r, bytes);
+    dev_upload(r->d, p, raw, bytes);
+    free(raw);
+    return p;
+}
+
+/* Upload n whole numbers as a device int array. */
+static uint64_t run_upload_ints(struct run *r, const uint32_t *v, size_t n)
+{
+    int32_t *tmp = xmalloc(n * sizeof *tmp);
+    for (size_t i = 0; i < n; i++) tmp[i] = (int32_t)v[i];
+    uint64_t p = run_dev(r, n * sizeof *tmp);
+    dev_upload(r->d, p, tmp, n * sizeof *tmp);
+    free(tmp);
+    return p;
+}
+
+/* Upload n raw bytes; returns the device buffer. */
+static uint64_t run_upload_bytes(struct run *r, const void *v, size_t n)
+{
+    uint64_t p = run_dev(r, n);
+    dev_upload(r->d, p, v, n);
+    return p;
+}
+
+/* Each of n consecutive rows x cols matrices transposed in place of its
+ * block: out[b][c][r] = in[b][r][c]. */
+static float *run_transpose_blocks(struct run *r, const float *in, size_t n, size_t rows, size_t cols)
+{
+    float *t = run_host(r, n * rows * cols);
+    for (size_t b = 0, off = 0; b < n; b++, off += rows * cols)
+        for (size_t i = 0; i < rows; i++)
+            for (size_t j = 0; j < cols; j++) t[off + j * rows + i] = in[off + i * cols + j];
+    return t;
+}
+
+/* out[c][r] = in[r][c] for an rows x cols matrix. */
+static float *run_transpose(struct run *r, const float *in, size_t rows, size_t cols)
+{
+    return run_transpose_blocks(r, in, 1, rows, cols);
+}
+
+/* Per group g, the rows [offs[g], offs[g+1]) of in (width columns)
+ * transposed, stored as a width x M_g block at offs[g] * width. */
+static float *run_transpose_groups(struct run *r, const float *in, const uint32_t *offs, size_t g, size_t width)
+{
+    float *t = run_host(r, offs[g] * width);
+    for (size_t i = 0; i < g; i++) {
+        size_t m0 = offs[i], rows = offs[i + 1] - m0;
+        for (size_t a = 0; a < rows; a++)
+            for (size_t j = 0; j < width; j++) t[m0 * width + j * rows + a] = in[(m0 + a) * width + j];
+    }
+    return t;
+}
+
+/* A rows x cols matrix read through strides from raw storage of dtype t, as
+ * row-major floats (caller frees). */
+static float *run_decode(enum dtype t, const void *raw, size_t rows, size_t cols, int64_t rs,
+                             int64_t cs)
+{
+    float *v = xmalloc(rows * cols * sizeof(float));
+    for (size_t i = 0; i < rows; i++)
+        for (size_t j = 0; j < cols; j++)
+            v[i * cols + j] = dt_load(t, raw, (size_t)((int64_t)i * rs + (int64_t)j * cs));
+    return v;
+}
+
+/* A new output of the run: rows x cols of dtype t with strides (srow,
+ * scol), its device storage between two guard bands; it owns its launch. */
+static struct output *run_output(struct run *r, const char *name, enum dtype t, size_t rows, size_t cols,
+                                 int64_t srow, int64_t scol)
+{
+    if (r->nout == MAX_OUT) die(EXIT_DEVICE, "internal: too many outputs");
+    struct output *o = &r->out[r->nout];
+    memset(o, 0, sizeof *o);
+    o->name = name, o->dt = t, o->rows = rows, o->cols = cols, o->srow = srow, o->scol = scol;
+    o->elems = rows * cols, o->guard = GUARD_BYTES, o->launch = r->nout++;
+    o->buf = run_dev(r, o->elems * DTYPES[t].bytes + 2 * o->guard) + o->guard;
+    return o;
+}
+
+/* Fill every output that launch o computes, guard bands included, with the
+ * poison bytes 0xff (queued on the device's stream). */
+static void run_poison(struct run *r, int o)
+{
+    for (int k = 0; k < r->nout; k++) {
+        const struct output *p = &r->out[k];
+        if (p->launch == o) dev_fill(r->d, p->buf - p->guard, 0xff, p->elems * DTYPES[p->dt].bytes + 2 * p->guard);
+    }
+}
+
+/* Launch o (an owner), with gpu_launch noting each kernel it runs in
+ * r->geom[o] (replacing the previous launch's notes); the CPU notes none. */
+static void run_launch(struct run *r, int o)
+{
+    r->geom[o].n = 0;
+    r->d->geom = &r->geom[o];
+    r->c->op->launch(r, o);
+    r->d->geom = NULL;
+}
+
+/* The --inject fault if it is planted at `stage`, else NULL. */
+static const struct inject *run_inject(const struct run *r, enum inj_stage stage)
+{
+    const struct inject *inj = r->inject_off ? NULL : r->inj;
+    return inj && inj->stage == stage ? inj : NULL;
+}

@@ -1,0 +1,330 @@
+/* src/util.c — what every part uses: the one way to fail (die), checked
+ * allocation, the clock, seeded random numbers, SHA-256, whole-file reads and
+ * atomic writes, strict number parsers, JSON writers, and child processes.
+ * Relies on the C library only (and kgate.c's exit codes). */
+
+/* Print "kgate: <message>" on stderr and exit with `code`. */
+static _Noreturn void die(int code, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fflush(stdout);   /* what was already reported comes before the error */
+    fputs("kgate: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    exit(code);
+}
+
+static void *xmalloc(size_t n)
+{
+    void *p = malloc(n ? n : 1);
+    if (!p) die(EXIT_DEVICE, "out of host memory (%zu bytes)", n);
+    return p;
+}
+
+static void *xcalloc(size_t n, size_t size)
+{
+    void *p = calloc(n ? n : 1, size ? size : 1);
+    if (!p) die(EXIT_DEVICE, "out of host memory (%zu x %zu bytes)", n, size);
+    return p;
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* splitmix64: seeds and hashes small integers into well-mixed 64-bit words. */
+static uint64_t mix64(uint64_t x)
+{
+    x += 0x9e3779b97f4a7c15ull;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+
+/* A counter-based generator: value i of stream `key` is mix64(key ^ mix64(i)),
+ * so any element can be generated independently (and in parallel). */
+static uint64_t rng_at(uint64_t key, uint64_t i) { return mix64(key ^ mix64(i)); }
+
+/* Uniform in [-1, 1) with 24 random bits. */
+static float rng_sym(uint64_t key, uint64_t i)
+{
+    return (float)(rng_at(key, i) >> 40) * 0x1p-23f - 1.0f;
+}
+
+static uint64_t hash_str(uint64_t h, const char *s)
+{
+    while (*s) h = mix64(h ^ (unsigned char)*s++);
+    return h;
+}
+
+/* --- SHA-256 (FIPS 180-4), for code-object and cache identities --- */
+
+struct sha256 { uint32_t h[8]; uint64_t len; unsigned char buf[64]; size_t nbuf; };
+
+static const uint32_t SHA_K[64] = {
+    0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1, 0x923f82a4, 0xab1c5ed5,
+    0xd807aa98, 0x12835b01, 0x243185be, 0x550c7dc3, 0x72be5d74, 0x80deb1fe, 0x9bdc06a7, 0xc19bf174,
+    0xe49b69c1, 0xefbe4786, 0x0fc19dc6, 0x240ca1cc, 0x2de92c6f, 0x4a7484aa, 0x5cb0a9dc, 0x76f988da,
+    0x983e5152, 0xa831c66d, 0xb00327c8, 0xbf597fc7, 0xc6e00bf3, 0xd5a79147, 0x06ca6351, 0x14292967,
+    0x27b70a85, 0x2e1b2138, 0x4d2c6dfc, 0x53380d13, 0x650a7354, 0x766a0abb, 0x81c2c92e, 0x92722c85,
+    0xa2bfe8a1, 0xa81a664b, 0xc24b8b70, 0xc76c51a3, 0xd192e819, 0xd6990624, 0xf40e3585, 0x106aa070,
+    0x19a4c116, 0x1e376c08, 0x2748774c, 0x34b0bcb5, 0x391c0cb3, 0x4ed8aa4a, 0x5b9cca4f, 0x682e6ff3,
+    0x748f82ee, 0x78a5636f, 0x84c87814, 0x8cc70208, 0x90befffa, 0xa4506ceb, 0xbef9a3f7, 0xc67178f2,
+};
+
+#define ROR32(x, n) (((x) >> (n)) | ((x) << (32 - (n))))
+
+static void sha256_block(struct sha256 *s, const unsigned char *p)
+{
+    uint32_t w[64], v[8];
+    for (int i = 0; i < 16; i++)
+        w[i] = (uint32_t)p[4 * i] << 24 | (uint32_t)p[4 * i + 1] << 16 |
+               (uint32_t)p[4 * i + 2] << 8 | p[4 * i + 3];
+    for (int i = 16; i < 64; i++) {
+        uint32_t s0 = ROR32(w[i - 15], 7) ^ ROR32(w[i - 15], 18) ^ (w[i - 15] >> 3);
+        uint32_t s1 = ROR32(w[i - 2], 17) ^ ROR32(w[i - 2], 19) ^ (w[i - 2] >> 10);
+        w[i] = w[i - 16] + s0 + w[i - 7] + s1;
+    }
+    memcpy(v, s->h, sizeof v);
+    for (int i = 0; i < 64; i++) {
+        uint32_t t1 = v[7] + (ROR32(v[4], 6) ^ ROR32(v[4], 11) ^ ROR32(v[4], 25)) +
+                      ((v[4] & v[5]) ^ (~v[4] & v[6])) + SHA_K[i] + w[i];
+        uint32_t t2 = (ROR32(v[0], 2) ^ ROR32(v[0], 13) ^ ROR32(v[0], 22)) +
+                      ((v[0] & v[1]) ^ (v[0] & v[2]) ^ (v[1] & v[2]));
+        memmove(v + 1, v, 7 * sizeof(uint32_t));
+        v[4] += t1;
+        v[0] = t1 + t2;
+    }
+    for (int i = 0; i < 8; i++) s->h[i] += v[i];
+}
+
+static void sha256_init(struct sha256 *s)
+{
+    static const uint32_t h0[8] = { 0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a,
+                                    0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19 };
+    memcpy(s->h, h0, sizeof h0);
+    s->len = 0;
+    s->nbuf = 0;
+}
+
+static void sha256_update(struct sha256 *s, const void *data, size_t n)
+{
+    const unsigned char *p = data;
+    s->len += n;
+    while (n > 0) {
+        size_t take = 64 - s->nbuf < n ? 64 - s->nbuf : n;
+        memcpy(s->buf + s->nbuf, p, take);
+        s->nbuf += take, p += take, n -= take;
+        if (s->nbuf == 64) sha256_block(s, s->buf), s->nbuf = 0;
+    }
+}
+
+/* Finish and write the digest as 64 lowercase hex digits plus NUL. */
+static void sha256_hex(struct sha256 *s, char out[65])
+{
+    uint64_t bits = s->len * 8;
+    unsigned char pad = 0x80, zero = 0, len[8];
+    sha256_update(s, &pad, 1);
+    while (s->nbuf != 56) sha256_update(s, &zero, 1);
+    for (int i = 0; i < 8; i++) len[i] = (unsigned char)(bits >> (56 - 8 * i));
+    sha256_update(s, len, 8);
+    for (int i = 0; i < 8; i++) snprintf(out + 8 * i, 9, "%08x", s->h[i]);
+}
+
+/* sha256 of n bytes, as hex. */
+static void sha256_text(const char *s, size_t n, char out[65])
+{
+    struct sha256 h;
+    sha256_init(&h);
+    sha256_update(&h, s, n);
+    sha256_hex(&h, out);
+}
+
+/* --- files --- */
+
+/* Read a whole file; NULL (errno set) if it cannot be read. */
+static char *read_file(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    size_t cap = 1 << 16, n = 0;
+    char *buf = xmalloc(cap + 1);
+    size_t got;
+    while ((got = fread(buf + n, 1, cap - n, f)) > 0) {
+        n += got;
+        if (n == cap) buf = realloc(buf, (cap *= 2) + 1);
+        if (!buf) die(EXIT_DEVICE, "out of host memory reading %s", path);
+    }
+    int err = ferror(f);
+    fclose(f);
+    if (err) { free(buf); errno = EIO; return NULL; }
+    buf[n] = 0;
+    if (len) *len = n;
+    return buf;
+}
+
+/* Write a file atomically (temporary file, then rename); 0 on success. */
+static int write_file_atomic(const char *path, const void *data, size_t n)
+{
+    char tmp[PATH_MAX];
+    snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid());
+    FILE *f = fopen(tmp, "wb");
+    if (!f) return -1;
+    int ok = fwrite(data, 1, n, f) == n;
+    ok &= fclose(f) == 0;
+    if (!ok || rename(tmp, path) != 0) { unlink(tmp); return -1; }
+    return 0;
+}
+
+/* mkdir -p; 0 on success. */
+static int mkdir_p(const char *path)
+{
+    char buf[PATH_MAX];
+    snprintf(buf, sizeof buf, "%s", path);
+    for (char *p = buf + 1; *p; p++)
+        if (*p == '/') {
+            *p = 0;
+            if (mkdir(buf, 0755) != 0 && errno != EEXIST) return -1;
+            *p = '/';
+        }
+    return mkdir(buf, 0755) != 0 && errno != EEXIST ? -1 : 0;
+}
+
+/* --- strict parsers and JSON writers --- */
+
+/* Strictly parse a decimal integer in [lo, hi]; 0 on success. */
+static int parse_u64(const char *s, uint64_t lo, uint64_t hi, uint64_t *out)
+{
+    if (!s || !*s) return -1;
+    uint64_t v = 0;
+    for (const char *p = s; *p; p++) {
+        if (*p < '0' || *p > '9') return -1;
+        if (v > (UINT64_MAX - 9) / 10) return -1;
+        v = v * 10 + (uint64_t)(*p - '0');
+    }
+    if (v < lo || v > hi) return -1;
+    *out = v;
+    return 0;
+}
+
+/* Strictly parse a finite non-negative number; 0 on success. */
+static int parse_nonneg(const char *s, double *out)
+{
+    if (!s || !*s) return -1;
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (*end || errno || !isfinite(v) || v < 0) return -1;
+    *out = v;
+    return 0;
+}
+
+/* A number for JSON: null when not finite. */
+static void json_num(FILE *f, const char *key, double v, int comma)
+{
+    if (isfinite(v)) fprintf(f, "\"%s\":%.9g%s", key, v, comma ? "," : "");
+    else fprintf(f, "\"%s\":null%s", key, comma ? "," : "");
+}
+
+static void json_str(FILE *f, const char *key, const char *s, int comma)
+{
+    fprintf(f, "\"%s\":\"", key);
+    for (; *s; s++) {
+        if (*s == '"' || *s == '\\') fprintf(f, "\\%c", *s);
+        else if ((unsigned char)*s < 0x20) fprintf(f, "\\u%04x", *s);
+        else fputc(*s, f);
+    }
+    fprintf(f, "\"%s", comma ? "," : "");
+}
+
+/* --- child processes: tools run without a shell --- */
+
+/* Find an executable: each candidate is a path or a name looked up in $PATH. */
+static int find_tool(const char *const *names, char *out, size_t n)
+{
+    const char *path = getenv("PATH");
+    for (int i = 0; names[i]; i++) {
+        if (strchr(names[i], '/')) {
+            if (access(names[i], X_OK) == 0) { snprintf(out, n, "%s", names[i]); return 0; }
+            continue;
+        }
+        for (const char *p = path ? path : ""; *p;) {
+            size_t len = strcspn(p, ":");
+            snprintf(out, n, "%.*s/%s", (int)len, p, names[i]);
+            if (len && access(out, X_OK) == 0) return 0;
+            p += len + (p[len] == ':');
+        }
+    }
+    return -1;
+}
+
+/* Append `name` to a ", "-separated list in buf; "..." ends a list that no
+ * longer fits. */
+static void list_add(char *buf, size_t n, const char *name)
+{
+    size_t used = strlen(buf);
+    if (used + 4 >= n || (used >= 3 && strcmp(buf + used - 3, "...") == 0)) return;
+    if ((size_t)snprintf(buf + used, n - used, "%s%s", used ? ", " : "", name) >= n - used)
+        snprintf(buf + n - 4, 4, "...");
+}
+
+/* In a child process: exec argv (argv[0] a path, no shell) with its stdout
+ * and stderr on fd.  Returns only if it cannot (errno set). */
+static void exec_into(int fd, const char *const *argv)
+{
+    dup2(fd, STDOUT_FILENO);
+    dup2(fd, STDERR_FILENO);
+    close(fd);
+    execv(argv[0], (char *const *)argv);
+}
+
+/* Start the program at argv[0] (a path) with its stdout and stderr into a
+ * pipe, without a shell: the pipe's read end, or NULL (errno set). */
+static FILE *tool_open(const char *const *argv, pid_t *pid)
+{
+    int fd[2];
+    if (pipe(fd) != 0) return NULL;
+    fflush(NULL);
+    if ((*pid = fork()) < 0) {
+        close(fd[0]), close(fd[1]);
+        return NULL;
+    }
+    if (*pid == 0) {
+        close(fd[0]);
+        exec_into(fd[1], argv);
+        _exit(127);
+    }
+    close(fd[1]);
+    FILE *f = fdopen(fd[0], "r");
+    if (!f) close(fd[0]), waitpid(*pid, NULL, 0);
+    return f;
+}
+
+/* Read what is left of a tool_open pipe, close it and reap the tool: its
+ * exit status, 128 + the signal that ended it, or 127 if it did not run. */
+static int tool_close(FILE *f, pid_t pid)
+{
+    char buf[4096];
+    while (fread(buf, 1, sizeof buf, f) > 0) {}
+    fclose(f);
+    int st = 0;
+    while (waitpid(pid, &st, 0) < 0)
+        if (errno != EINTR) return 127;
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+/* One line of a tool's output into buf, without its newline; the rest of a
+ * line longer than buf is dropped.  0 at the end of the output. */
+static int tool_line(FILE *f, char *buf, size_t n)
+{
+    if (!fgets(buf, (int)n, f)) return 0;
+    size_t len = strlen(buf);
+    if (len && buf[len - 1] == '\n') buf[len - 1] = 0;
+    else for (int ch = 0; ch != EOF && ch != '\n';) ch = fgetc(f);
+    return 1;
+}
