@@ -6,7 +6,8 @@
 # instructions), compare/noise/the ledger/the budget end to end (concurrent
 # appends and kill -9 included), and the CPU paths under ASan/UBSan.  With a GPU present it also runs `kgate all` and `kgate selftest`
 # on it.  The last line is "N passed, N failed"; the exit status is 0 only if
-# nothing failed.
+# nothing failed.  It starts with the golden check (.ci/golden.txt: kgate's own output on fixed
+# CPU commands, byte for byte apart from times) and the tree's shape (src/ and README's Map).
 #
 #   ./tests.sh            everything
 #   KGATE_QUICK=1 ./tests.sh   skip `kgate all --device cpu` (minutes on 2 cores)
