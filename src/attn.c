@@ -335,6 +335,8 @@ static void attn_inj_mask(struct inject_ctx *x)
     free(o), free(dq), free(dk), free(dv), free(lse);
 }
 
+/* The mask fault's unfit hook: NULL if case c is causal attention, else why
+ * it cannot be planted in it. */
 static const char *attn_inj_unfit(const struct kcase *c)
 {
     return strcmp(c->op->name, "attn") != 0 || !c->causal ? "needs a causal attn case" : NULL;

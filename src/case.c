@@ -70,7 +70,7 @@ static int case_parse_dtype(const char *s, enum dtype *out)
 /* Parse "AxBxC..." into exactly `n` dimensions, each in [1, MAX_DIM]; on
  * failure exit 2 with a line that says what is wrong. */
 static void case_parse_dims(const struct kcase *c, const char *flag, const char *s, int n, uint32_t *dims,
-                       const char *form)
+                            const char *form)
 {
     char buf[128];
     if (strlen(s) >= sizeof buf) die(EXIT_USAGE, "%s: %s %.40s...: too long", c->where, flag, s);
@@ -97,7 +97,7 @@ static void case_parse_dims(const struct kcase *c, const char *flag, const char 
 /* Parse "A" or "A:B" (pairs) into whole numbers in [lo, MAX_DIM]; *b = *a
  * when no ":B" is given.  Exit 2 naming the flag on anything else. */
 static void case_parse_pair(const struct kcase *c, const char *flag, const char *s, int pairs, uint32_t lo,
-                       uint32_t *a, uint32_t *b)
+                            uint32_t *a, uint32_t *b)
 {
     char buf[64];
     const char *colon = pairs ? strchr(s, ':') : NULL;

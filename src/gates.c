@@ -610,7 +610,7 @@ static unsigned char *gate_download(struct run *r, int o)
  * *unwritten counts the elements still holding the poison bytes, *outside
  * the guard bytes that no longer do. */
 static float *gate_decode(struct run *r, int o, unsigned char *raw, double atol, size_t *unwritten,
-                            size_t *outside)
+                          size_t *outside)
 {
     const struct output *p = &r->out[o];
     size_t es = DTYPES[p->dt].bytes;
@@ -658,7 +658,7 @@ static void gate_output(struct run *r, int o, struct result *res, unsigned char 
 /* The first element where two raw storages of output o differ, as (row,
  * col) and the two values; 0 if they are bitwise equal. */
 static int gate_first_difference(const struct output *p, const unsigned char *a, const unsigned char *b,
-                            struct repeat *rep)
+                                 struct repeat *rep)
 {
     size_t es = DTYPES[p->dt].bytes;
     if (memcmp(a, b, p->elems * es + 2 * p->guard) == 0) return 0;

@@ -52,8 +52,8 @@ static void gemm_prepare(struct run *r)
     uint64_t da = run_upload(r, a_st, M * K, t), db = run_upload(r, b_st, K * N, t);
     int64_t a_sm = at ? 1 : (int64_t)K, a_sk = at ? (int64_t)M : 1;   /* A[m][k] strides */
     int64_t b_sk = bt ? 1 : (int64_t)N, b_sn = bt ? (int64_t)K : 1;   /* B[k][n] strides */
-    const float *a = at ? run_transpose(r, a_st, K, M) : a_st;            /* M x K */
-    const float *b = bt ? run_transpose(r, b_st, N, K) : b_st;            /* K x N */
+    const float *a = at ? run_transpose(r, a_st, K, M) : a_st;        /* M x K */
+    const float *b = bt ? run_transpose(r, b_st, N, K) : b_st;        /* K x N */
     struct output *o = product_output(r, "C", M, N, (int64_t)N, 1, 1,
         (struct prod_launch){ .dx = da, .dy = db, .sxm = a_sm, .sxk = a_sk, .syk = b_sk, .syn = b_sn,
                               .m = M, .n = N, .k = K });
@@ -61,8 +61,8 @@ static void gemm_prepare(struct run *r)
     if (!c->bwd) return;
     float *dc = run_input(r, 3, M * N, t);
     uint64_t ddc = run_upload(r, dc, M * N, t);
-    const float *a_t = at ? a_st : run_transpose(r, a_st, M, K);          /* K x M */
-    const float *b_t = bt ? b_st : run_transpose(r, b_st, K, N);          /* N x K */
+    const float *a_t = at ? a_st : run_transpose(r, a_st, M, K);      /* K x M */
+    const float *b_t = bt ? b_st : run_transpose(r, b_st, K, N);      /* N x K */
     o = product_output(r, "dA", M, K, a_sm, a_sk, 1,
         (struct prod_launch){ .dx = ddc, .dy = db, .sxm = (int64_t)N, .sxk = 1, .syk = b_sn, .syn = b_sk,
                               .m = M, .n = K, .k = N });

@@ -66,7 +66,7 @@ static void grouped_prepare(struct run *r)
     float *a = run_input(r, 1, M * K, t), *b_st = run_input(r, 2, G * K * N, t);
     uint64_t da = run_upload(r, a, M * K, t), db = run_upload(r, b_st, G * K * N, t);
     int64_t b_sk = bt ? 1 : (int64_t)N, b_sn = bt ? (int64_t)K : 1, b_sg = (int64_t)(K * N);
-    const float *b = bt ? run_transpose_blocks(r, b_st, G, N, K) : b_st;      /* canonical [G][K][N] */
+    const float *b = bt ? run_transpose_blocks(r, b_st, G, N, K) : b_st;  /* canonical [G][K][N] */
     struct output *o = product_output(r, "C", M, N, (int64_t)N, 1, G,
         (struct prod_launch){ .dx = da, .dy = db, .sxm = (int64_t)K, .sxk = 1, .syk = b_sk, .syn = b_sn,
                               .syg = b_sg, .m = M, .n = N, .k = K });
@@ -85,7 +85,7 @@ static void grouped_prepare(struct run *r)
     size_t R = bt ? N : K, W = bt ? K : N;
     uint32_t *rows = run_owned(r, (G + 1) * sizeof *rows);
     for (size_t g = 0; g <= G; g++) rows[g] = (uint32_t)(g * R);
-    float *xt = run_transpose_groups(r, bt ? dc : a, offs, G, R);        /* per group R x M_g */
+    float *xt = run_transpose_groups(r, bt ? dc : a, offs, G, R);    /* per group R x M_g */
     const float *y = bt ? a : dc;                                    /* rows offs[g].. of [ΣM][W] */
     o = product_output(r, "dB", G * R, W, (int64_t)W, 1, G,
         (struct prod_launch){ .ragged = RAG_INNER, .dx = bt ? ddc : da, .dy = bt ? da : ddc, .sxm = 1,

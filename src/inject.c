@@ -86,7 +86,8 @@ static void inj_group(struct inject_ctx *x)
         for (size_t j = 0; j < o->cols; j++) x->out[i * o->cols + j] *= 1.03125f;
 }
 
-/* NULL if fault `name` can be planted in case c, else why not. */
+/* The group fault's unfit hook: NULL if case c's outputs are made of groups
+ * or sequences, else why it cannot be planted in it. */
 static const char *inj_unfit_segments(const struct kcase *c)
 {
     return strcmp(c->op->name, "gemm") == 0 ? "needs a grouped or attn case (outputs made of groups or sequences)" : NULL;
@@ -115,6 +116,7 @@ static const struct inject INJECTS[] = {
 };
 #define N_INJECTS (sizeof INJECTS / sizeof *INJECTS)
 
+/* The fault named `name`, or NULL. */
 static const struct inject *inject_find(const char *name)
 {
     for (size_t i = 0; i < N_INJECTS; i++)

@@ -30,7 +30,7 @@ static enum qfmt q_format(const struct kcase *c)
 /* A two-valued option: 0 if val is a, 1 if it is b; else exit 2 with
  * "WHERE: KEY VAL: expected" (c->where names the case). */
 static int q_one_of2(const struct kcase *c, const char *key, const char *val, const char *a, const char *b,
-                   const char *expected)
+                     const char *expected)
 {
     if (strcmp(val, a) == 0) return 0;
     if (strcmp(val, b) == 0) return 1;
@@ -493,6 +493,8 @@ static void q_inj_precision(struct inject_ctx *x)
     for (size_t i = 0; i < x->o->rows * x->o->cols; i++) x->out[i] *= 1.0f + 0x1p-6f * rng_sym(x->key, i);
 }
 
+/* The unfit hook of the faults above: NULL if case c is low precision, else
+ * why they cannot be planted in it. */
 static const char *q_inj_unfit(const struct kcase *c)
 {
     return c->qfmt == Q_NONE ? "needs a low-precision case (--dtype " Q_NAMES ")" : NULL;

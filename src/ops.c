@@ -19,7 +19,7 @@ static const struct op *ops_find(const char *name)
 /* Apply case options argv[from..to) to c (global options are skipped when
  * allow_global); exit 2 on anything unknown. */
 static void ops_parse_case(struct kcase *c, struct opts *o, int argc, char **argv, int from,
-                            int allow_global)
+                           int allow_global)
 {
     for (int i = from; i < argc;) {
         int used = allow_global ? opts_parse(o, argc, argv, i) : 0;

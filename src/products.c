@@ -16,7 +16,7 @@ static struct output *product_output(struct run *r, const char *name, size_t row
 
 /* Add block (row0, rows, inner, x, y) to output o; its work to the totals. */
 static void product_part(struct output *o, size_t i, size_t row0, size_t rows, size_t inner, const float *x,
-                     const float *y)
+                         const float *y)
 {
     o->parts[i] = (struct part){ row0, rows, inner, x, y, NULL };
     o->flops += 2.0 * rows * o->cols * inner;
@@ -255,8 +255,8 @@ static void product_launch(struct run *r, int o)
  * (nc of them; NULL: all), accumulated as `kind`, into out (double for
  * ACC_F64, float otherwise): ref.c's qprod for quantized operands (quant),
  * else mm_select on the canonical x and y. */
-static void part_select(enum acc_kind kind, int quant, const struct part *pt, size_t cols, const uint32_t *rows,
-                        size_t nr, const uint32_t *sel, size_t nc, void *out)
+static void product_select(enum acc_kind kind, int quant, const struct part *pt, size_t cols, const uint32_t *rows,
+                           size_t nr, const uint32_t *sel, size_t nc, void *out)
 {
     if (quant) qprod_select(kind, pt->q, rows, nr, sel, nc, out);
     else mm_select(kind, pt->x, pt->y, pt->inner, cols, rows, nr, sel, nc, out);
@@ -266,17 +266,17 @@ static void part_select(enum acc_kind kind, int quant, const struct part *pt, si
  * rows that fall in it (local, b - a of them) into out_r from row a, and all
  * its rows on the plan's columns into out_c from row pt->row0; a float
  * reference is rounded to the output's dtype. */
-static void ref_block(enum acc_kind kind, int quant, const struct output *o, const struct part *pt,
-                      const struct plan *p, const uint32_t *local, size_t a, size_t b, void *out_r, void *out_c)
+static void product_ref_block(enum acc_kind kind, int quant, const struct output *o, const struct part *pt,
+                              const struct plan *p, const uint32_t *local, size_t a, size_t b, void *out_r, void *out_c)
 {
     size_t es = kind == ACC_F64 ? sizeof(double) : sizeof(float);
     char *r = (char *)out_r + a * o->cols * es, *c = (char *)out_c + pt->row0 * p->nc * es;
     if (b > a) {
-        part_select(kind, quant, pt, o->cols, local, b - a, NULL, o->cols, r);
+        product_select(kind, quant, pt, o->cols, local, b - a, NULL, o->cols, r);
         if (kind != ACC_F64) refs_round(o->dt, (float *)r, (b - a) * o->cols);
     }
     if (p->nc) {
-        part_select(kind, quant, pt, o->cols, NULL, pt->rows, p->cols, p->nc, c);
+        product_select(kind, quant, pt, o->cols, NULL, pt->rows, p->cols, p->nc, c);
         if (kind != ACC_F64) refs_round(o->dt, (float *)c, pt->rows * p->nc);
     }
 }
@@ -287,8 +287,8 @@ static void ref_block(enum acc_kind kind, int quant, const struct output *o, con
  * dtype.  Quantized operands multiply their decoded codes and scales, and
  * add the unquantised (bf16) product as hp.  A block with no inner dimension
  * is exactly zero (already, from refs_alloc). */
-static void refs_part(struct refs *f, const struct output *o, const struct part *pt, const struct plan *p,
-                      double *ref_s, double *lp_s)
+static void product_refs_part(struct refs *f, const struct output *o, const struct part *pt, const struct plan *p,
+                              double *ref_s, double *lp_s)
 {
     size_t a = 0, b;
     while (a < p->nr && p->rows[a] < pt->row0) a++;
@@ -298,18 +298,18 @@ static void refs_part(struct refs *f, const struct output *o, const struct part 
     for (size_t i = a; i < b; i++) local[i - a] = (uint32_t)(p->rows[i] - pt->row0);
     int quant = pt->q != NULL;
     double t0 = now_s();
-    ref_block(ACC_F64, quant, o, pt, p, local, a, b, f->ref_r, f->ref_c);
+    product_ref_block(ACC_F64, quant, o, pt, p, local, a, b, f->ref_r, f->ref_c);
     double t1 = now_s();
-    ref_block(ACC_F32_SEQ, quant, o, pt, p, local, a, b, f->lp_r, f->lp_c);
+    product_ref_block(ACC_F32_SEQ, quant, o, pt, p, local, a, b, f->lp_r, f->lp_c);
     *ref_s += t1 - t0, *lp_s += now_s() - t1;
-    if (quant) ref_block(ACC_F64, 0, o, pt, p, local, a, b, f->hp_r, f->hp_c);
+    if (quant) product_ref_block(ACC_F64, 0, o, pt, p, local, a, b, f->hp_r, f->hp_c);
     free(local);
 }
 
 /* The op row's reference hook of a product output (gemm, grouped, low
- * precision): block by block on plan p (refs_part). */
+ * precision): block by block on plan p (product_refs_part). */
 static void product_reference(struct run *r, int o, const struct plan *p, struct refs *f)
 {
     const struct output *out = &r->out[o];
-    for (size_t i = 0; i < out->nparts; i++) refs_part(f, out, &out->parts[i], p, &f->ref_s, &f->lp_s);
+    for (size_t i = 0; i < out->nparts; i++) product_refs_part(f, out, &out->parts[i], p, &f->ref_s, &f->lp_s);
 }

@@ -49,9 +49,13 @@ struct output {
 #define MAX_OWNED 32
 #define GUARD_BYTES 4096
 
+/* Each op's own state while it runs, defined in its file: attention's in
+ * attn.c, low precision's (and its quantized operands) in lowprec.c. */
 struct attn_case;
 struct qrun;
 struct qoperand;
+
+/* --- the hook of a planted fault (the faults and their table: inject.c) --- */
 
 /* A planted fault, applied to a candidate's output after it is read back and
  * before the gates: each must be caught by the gate named in its row. */
@@ -75,12 +79,15 @@ enum inj_stage {
     INJ_REPEAT,   /* on the storage bytes of the repeated runs (--repeat) only */
 };
 
+/* A planted fault: a row of INJECTS (inject.c). */
 struct inject {
     const char *name, *gate, *what;
     enum inj_stage stage;
     void (*apply)(struct inject_ctx *);
     const char *(*unfit)(const struct kcase *);   /* NULL: any case */
 };
+
+/* --- the run --- */
 
 /* Everything one case needs while it runs; run_release frees it. */
 struct run {
@@ -206,7 +213,7 @@ static float *run_transpose_groups(struct run *r, const float *in, const uint32_
 /* A rows x cols matrix read through strides from raw storage of dtype t, as
  * row-major floats (caller frees). */
 static float *run_decode(enum dtype t, const void *raw, size_t rows, size_t cols, int64_t rs,
-                             int64_t cs)
+                         int64_t cs)
 {
     float *v = xmalloc(rows * cols * sizeof(float));
     for (size_t i = 0; i < rows; i++)
