@@ -20,10 +20,10 @@
  *   report -> ledger
  *
  * and the commands built on it, the command table and main.  An op is a file
- * (src/gemm.c, src/grouped.c, src/attn.c; src/lowprec.c is the fp8 and MX mode
- * of the first two) and a row of OPS (src/ops.c); a gate is a row of GATES
- * (src/gates.c), a planted fault a row of INJECTS (src/inject.c).  README
- * "Map" has one line per file.
+ * that ends with its row of the op table (src/gemm.c, src/grouped.c,
+ * src/attn.c; src/lowprec.c is the fp8 and MX mode of the first two) and an
+ * entry in OPS (src/ops.c); a gate is a row of GATES (src/gates.c), a planted
+ * fault a row of INJECTS (src/inject.c).  README "Map" has one line per file.
  */
 #define _GNU_SOURCE
 #include <ctype.h>

@@ -1,7 +1,7 @@
 /* src/attn.c — the attention op: O and LSE, with --bwd dQ, dK and dV;
  * fixed-length or varlen, causal (bottom-right), GQA; its inputs, launches,
- * references by (token, head) unit and its planted mask fault; its row in
- * ops.c.  Relies on case.c, run.c, plan.c and ref.c (the references). */
+ * references by (token, head) unit, its planted mask fault, and its row of
+ * the op table.  Relies on case.c, run.c, plan.c and ref.c (the references). */
 
 static int attn_set(struct kcase *c, const char *key, const char *val)
 {
@@ -341,3 +341,6 @@ static const char *attn_inj_unfit(const struct kcase *c)
 {
     return strcmp(c->op->name, "attn") != 0 || !c->causal ? "needs a causal attn case" : NULL;
 }
+
+/* attn's row of the op table (ops.c). */
+static const struct op OP_ATTN = { "attn", attn_set, attn_finish, attn_prepare, attn_launch, attn_reference };

@@ -1,6 +1,6 @@
 /* src/gemm.c — the gemm op: C = A·B in every layout, with --bwd dA = dC·Bᵀ
- * and dB = Aᵀ·dC; its row in ops.c.  Relies on case.c, run.c, products.c
- * and lowprec.c (the fp8 and MX dtypes). */
+ * and dB = Aᵀ·dC, and its row of the op table.  Relies on case.c, run.c,
+ * products.c and lowprec.c (the fp8 and MX dtypes). */
 
 static int gemm_set(struct kcase *c, const char *key, const char *val)
 {
@@ -80,3 +80,6 @@ static void gemm_launch(struct run *r, int o)
     if (r->q) q_launch(r, o);
     else product_launch(r, o);
 }
+
+/* gemm's row of the op table (ops.c). */
+static const struct op OP_GEMM = { "gemm", gemm_set, gemm_finish, gemm_prepare, gemm_launch, product_reference };

@@ -564,8 +564,8 @@ static unsigned tile_count(int n, int tile) { return (unsigned)((n + tile - 1) /
 
 /* --- matrix-unit instruction classes (kgate isa, --expect) --- */
 
-/* Matrix-unit instruction classes (--expect): each on one platform, with the
- * opcode prefixes that belong to it. */
+/* Each class on one platform, with the opcode prefixes that belong to it:
+ * options.c checks --expect against them, isa.c counts them. */
 enum { IC_WGMMA, IC_MMA, IC_MFMA, IC_WMMA, IC_COUNT };
 static const struct { const char *name; enum platform pf; const char *ops[4]; } MATRIX_CLASSES[IC_COUNT] = {
     { "wgmma", PF_CUDA, { "HGMMA", "QGMMA", "IGMMA", NULL } }, /* sm_90 warpgroup MMA */

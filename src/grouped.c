@@ -1,6 +1,7 @@
 /* src/grouped.c — the grouped (MoE) gemm op: C_g = A_g·B_g over ragged
- * groups (empty ones included), with --bwd dA and the per-group dB; its row
- * in ops.c.  Relies on case.c, run.c, products.c, lowprec.c and gemm.c. */
+ * groups (empty ones included), with --bwd dA and the per-group dB, and its
+ * row of the op table.  Relies on case.c, run.c, products.c, lowprec.c and
+ * gemm.c. */
 
 static int grouped_set(struct kcase *c, const char *key, const char *val)
 {
@@ -94,3 +95,7 @@ static void grouped_prepare(struct run *r)
     o->seg = rows, o->nseg = G, o->seg_name = "group";
     for (size_t g = 0; g < G; g++) product_part(o, g, g * R, R, c->lens[g], xt + offs[g] * R, y + offs[g] * W);
 }
+
+/* grouped's row of the op table (ops.c): launched as gemm's outputs are. */
+static const struct op OP_GROUPED = { "grouped", grouped_set, grouped_finish, grouped_prepare, gemm_launch,
+                                      product_reference };

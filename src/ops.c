@@ -1,18 +1,15 @@
-/* src/ops.c — the op table (one row per op file) and cases read from the
+/* src/ops.c — the op table (one entry per op file) and cases read from the
  * command line and from shapes files.  Relies on case.c, options.c and the
  * op files. */
 
-/* The ops, one row each: the hooks its file defines (struct op, case.c). */
-static const struct op OPS[] = {
-    { "gemm", gemm_set, gemm_finish, gemm_prepare, gemm_launch, product_reference },
-    { "grouped", grouped_set, grouped_finish, grouped_prepare, gemm_launch, product_reference },
-    { "attn", attn_set, attn_finish, attn_prepare, attn_launch, attn_reference },
-};
+/* The ops: each one's row (struct op, case.c) is defined in its file. */
+static const struct op *const OPS[] = { &OP_GEMM, &OP_GROUPED, &OP_ATTN };
 
+/* The op named `name`, or NULL. */
 static const struct op *ops_find(const char *name)
 {
     for (size_t i = 0; i < sizeof OPS / sizeof *OPS; i++)
-        if (strcmp(OPS[i].name, name) == 0) return &OPS[i];
+        if (strcmp(OPS[i]->name, name) == 0) return OPS[i];
     return NULL;
 }
 
