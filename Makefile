@@ -7,6 +7,7 @@ LDLIBS = -ldl -lpthread -lm
 SRCS = kgate.c ref.c kernels.hip $(wildcard src/*.c)
 ASAN_FLAGS = -std=c11 -Wall -Wextra -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined \
 	-fno-sanitize-recover=undefined
+BUILD_FLAGS = $(CC) $(KG_CFLAGS) $(LDLIBS) | $(ASAN_FLAGS)
 
 kgate: $(SRCS) .build-flags
 	$(CC) $(KG_CFLAGS) -o $@ kgate.c $(LDLIBS)
@@ -18,8 +19,7 @@ kgate-asan: $(SRCS) .build-flags
 # The compiler and its flags as last built: rewritten only when they change, so
 # that `make CC=clang` after `make` builds again.
 .build-flags: FORCE
-	@echo '$(CC) $(KG_CFLAGS) $(LDLIBS) | $(ASAN_FLAGS)' | cmp -s - $@ || \
-	    echo '$(CC) $(KG_CFLAGS) $(LDLIBS) | $(ASAN_FLAGS)' >$@
+	@echo '$(BUILD_FLAGS)' | cmp -s - $@ || echo '$(BUILD_FLAGS)' >$@
 
 clean:
 	rm -f kgate kgate-asan .build-flags
