@@ -97,6 +97,25 @@ static float dt_round(enum dtype t, float f)
     }
 }
 
+/* The 16-bit dtype t's value next to x (representable in t) away from zero
+ * (dir > 0) or toward it (dir < 0): one step of its sign-magnitude bits;
+ * toward zero from 0 stays 0.  f32: x. */
+static float dt_step(enum dtype t, float x, int dir)
+{
+    if (t == DT_F32) return x;
+    uint16_t b = t == DT_F16 ? f16_from_f32(x) : bf16_from_f32(x);
+    if (dir < 0 && (b & 0x7fffu) == 0) return x;
+    b = (uint16_t)(dir > 0 ? b + 1 : b - 1);
+    return t == DT_F16 ? f32_from_f16(b) : f32_from_bf16(b);
+}
+
+/* f rounded to dtype t toward zero (a truncating conversion). */
+static float dt_round_rz(enum dtype t, float f)
+{
+    float r = dt_round(t, f);
+    return fabsf(r) > fabsf(f) ? dt_step(t, r, -1) : r;
+}
+
 /* Store float f (already representable or not: it is rounded) as dtype t at
  * element index i of raw buffer p. */
 static void dt_store(enum dtype t, void *p, size_t i, float f)

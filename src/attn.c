@@ -80,6 +80,24 @@ struct attn_case {
 
 #define ATTN_Q_GAIN 8.0f   /* Q's scale: scores with a spread of ~2.7, a peaked softmax */
 #define ATTN_DO_GAIN 16.0f  /* dO's scale: gradients well above the bf16/f16 atol */
+#define ATTN_Q_GAIN_SCALED 64.0f   /* scaled inputs: Q's scale; large logits on the largest heads */
+
+/* An attention tensor's in_shape (run.c): tokens x heads·d, magnitudes
+ * varying per token, per (token, head) and per head, 2^U(-1, 1) each. */
+static struct in_shape attn_shape(size_t tokens, size_t heads, size_t d)
+{
+    return (struct in_shape){ tokens, heads * d, d, tokens ? tokens : 1, 0.5, 0 };
+}
+
+/* Input stream id of an attention case: tokens x heads x d, normalised, then
+ * multiplied by gain (an exact power of two: rounding is unchanged). */
+static float *attn_input(struct run *r, int id, size_t tokens, size_t heads, float gain)
+{
+    size_t d = r->c->dim;
+    float *x = run_input(r, id, attn_shape(tokens, heads, d), r->c->dt);
+    for (size_t i = 0; i < tokens * heads * d; i++) x[i] *= gain;
+    return x;
+}
 
 /* The pairs (query, key) a case's mask lets through, over all sequences. */
 static double attn_pairs(const struct attn_geom *g)
@@ -109,11 +127,9 @@ static void attn_prepare(struct run *r)
     a->tq = cu_q[B], a->tk = cu_k[B];
     a->g = (struct attn_geom){ B, hq, hkv, d, cu_q, cu_k, c->causal, 0,
                                c->scale > 0 ? c->scale : 1.0 / sqrt((double)d) };
-    float *q = run_input(r, 1, a->tq * hq * d, t);
-    for (size_t i = 0; i < a->tq * hq * d; i++) q[i] *= ATTN_Q_GAIN;
-    a->in.q = q;
-    a->in.k = run_input(r, 2, a->tk * hkv * d, t);
-    a->in.v = run_input(r, 3, a->tk * hkv * d, t);
+    a->in.q = attn_input(r, 1, a->tq, hq, c->inputs == IN_SCALED ? ATTN_Q_GAIN_SCALED : ATTN_Q_GAIN);
+    a->in.k = attn_input(r, 2, a->tk, hkv, 1);
+    a->in.v = attn_input(r, 3, a->tk, hkv, 1);
     a->d_q = run_upload(r, a->in.q, a->tq * hq * d, t);
     a->d_k = run_upload(r, a->in.k, a->tk * hkv * d, t);
     a->d_v = run_upload(r, a->in.v, a->tk * hkv * d, t);
@@ -129,9 +145,7 @@ static void attn_prepare(struct run *r)
     a->lse = r->nout - 1;
     a->dq_out = a->dk_out = a->dv_out = -1;
     if (!c->bwd) return;
-    float *dout = run_input(r, 4, a->tq * hq * d, t);
-    for (size_t i = 0; i < a->tq * hq * d; i++) dout[i] *= ATTN_DO_GAIN;
-    a->in.dout = dout;
+    a->in.dout = attn_input(r, 4, a->tq, hq, ATTN_DO_GAIN);
     a->d_do = run_upload(r, a->in.dout, a->tq * hq * d, t);
     a->dsum = run_dev(r, a->tq * hq * sizeof(float) + 4);
     o = run_output(r, "dQ", t, a->tq, hq * d, (int64_t)(hq * d), 1);

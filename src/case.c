@@ -8,6 +8,13 @@ enum qscaling { QS_TENSOR, QS_ROW, QS_BLOCK, QS_MX };
 static const char *const QSCALING[] = { "tensor", "row", "block", "mx" };
 enum fp8_enc { ENC_DEVICE, ENC_OCP, ENC_FNUZ };
 
+/* The distribution of a case's inputs (--inputs): every one is normalised
+ * to max|x| = 1 and rounded to the input dtype (run.c's run_input).
+ * IN_DEFAULT becomes IN_SCALED for low-precision cases, IN_UNIFORM
+ * otherwise (case_finish). */
+enum inputs { IN_DEFAULT, IN_UNIFORM, IN_NORMAL, IN_SCALED };
+static const char *const INPUTS[] = { "default", "uniform", "normal", "scaled" };
+
 /* One case: an op with its dtype, layout, shape and options. */
 struct kcase {
     const struct op *op;
@@ -27,6 +34,7 @@ struct kcase {
     int mx;                       /* low precision: MX blocks of 32 with E8M0 scales */
     enum qrule qrule;             /* MX: QR_MX_SPEC or QR_MX_UP */
     unsigned q_given;             /* Q_GIVEN_* bits: low-precision options that were given */
+    enum inputs inputs;           /* --inputs; IN_DEFAULT until case_finish */
     char where[320];              /* "shapes.txt:12" or "command line", for messages */
     char label[160];              /* "gemm bf16 NT 4096x4096x4096 bwd" */
 };
@@ -140,6 +148,27 @@ static void case_set_dtype(struct kcase *c, const char *val, int allow_f32)
     if (!val || case_parse_dtype(val, &c->dt) != 0 || (!allow_f32 && c->dt == DT_F32))
         die(EXIT_USAGE, "%s: --dtype %s: unknown dtype for %s (%s)", c->where, val ? val : "",
             c->op->name, allow_f32 ? "f32, f16, bf16" : "f16, bf16");
+}
+
+/* --inputs NAME, the option every op takes: 1 if key is it (the value
+ * used), -1 if not; exit 2 on an unknown name. */
+static int case_set_inputs(struct kcase *c, const char *key, const char *val)
+{
+    if (strcmp(key, "--inputs") != 0) return -1;
+    for (int i = IN_UNIFORM; val && i <= IN_SCALED; i++)
+        if (strcmp(val, INPUTS[i]) == 0) { c->inputs = (enum inputs)i; return 1; }
+    die(EXIT_USAGE, "%s: --inputs %s: unknown distribution (uniform, normal, scaled)", c->where, val ? val : "");
+}
+
+/* The op's finish, then the inputs' distribution resolved (low precision:
+ * scaled, else uniform, unless --inputs named one) and, when it is not
+ * uniform, named at the end of the label. */
+static void case_finish(struct kcase *c)
+{
+    c->op->finish(c);
+    if (c->inputs == IN_DEFAULT) c->inputs = c->qfmt != Q_NONE ? IN_SCALED : IN_UNIFORM;
+    if (c->inputs != IN_UNIFORM)
+        snprintf(c->label + strlen(c->label), sizeof c->label - strlen(c->label), " %s", INPUTS[c->inputs]);
 }
 
 static void case_init(struct kcase *c, const struct op *op, const char *where)

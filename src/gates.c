@@ -27,6 +27,7 @@ struct gate_in {
     double rtol, atol;            /* allclose */
     double atol_base;             /* the dtype's (or --atol's), before any scaling */
     int inputs_nonzero;
+    enum inputs inputs;           /* the case's distribution */
     const struct repeat *rep;
     const struct qrun *q;         /* low precision: the quantize stage; NULL otherwise */
     double q_gate;                /* low precision: the format's SNR gate, dB (0: not low precision) */
@@ -42,6 +43,7 @@ struct stats {
     size_t n;                               /* checked elements */
     size_t n_finite;                        /* of those with a finite reference, finite in the output */
     size_t n_nz;                            /* checked elements with a finite nonzero reference */
+    double max_ref;                         /* max |ref| over the finite checked elements */
     size_t close_fail;                      /* allclose */
     double close_worst;                     /* max |out-ref| / (atol + rtol|ref|) */
     size_t cw_i, cw_j;
@@ -51,18 +53,28 @@ struct stats {
     size_t nan_out_checked, inf_out_checked;
     double sum_err, sum_err2, sum_lp_err, sum_lp_err2, sum_ref2, sum_out2, sum_out_ref;
     double sum_hp2, sum_hp_err2;            /* low precision: against the unquantised product */
+    /* rounding conformance (16-bit outputs) */
+    double rne_margin;                      /* < 0: no unrounded lp (not gated) */
+    size_t rne_decided, rne_bad, rne_lp_bad;
+    size_t rb_i, rb_j;                      /* the first output that differs from RNE(ref) */
+    double rb_out, rb_ref;
+    size_t n_sb;                            /* sign-aware bias: elements summed */
+    double sum_sb, sum_sb2, sum_sb_lp, sum_sb_lp2, sum_ulp;
     size_t tr, tc;                          /* tile grid */
     struct acc *tiles;
     struct acc *segs;                       /* per row segment (nseg of them), or NULL */
     /* derived */
     double mean_err, sd_err, mean_lp_err, rms_lp_err, rms_ref, rel_l2, cosine, snr_db, bias_limit;
     double lp_snr_db, hp_snr_db;            /* the same-precision reference's SNR; the SNR vs unquantised */
+    double sb_ulps, sb_lp_ulps, sb_limit;   /* sign-aware bias in ulps: the output's, lp's, the limit */
     long worst_tile;                        /* -1: no tile had enough checked elements */
     double worst_tile_snr, worst_tile_need;
     long worst_seg;                         /* -1: no segments */
     double worst_seg_snr, worst_seg_need;
 };
 
+#define NONTRIVIAL_FACTOR 10.0 /* nontrivial: how far above its limit a zero output's error must be */
+#define RNE_MARGIN_FACTOR 4.0 /* rounding: an element is decided beyond this many x lp's largest error */
 #define TILE_MIN_CHECKED 64     /* the worst-tile gate looks at tiles with at least this many */
 #define TILE_SNR_SLACK_DB 10.0  /* a tile may be this much below the same-precision reference */
 
@@ -73,6 +85,30 @@ static void acc_add(struct acc *a, double ref, double e, double lpe, size_t i, s
     if (!isfinite(e)) e = INFINITY;
     a->err2 += e * e;
     if (!(fabs(e) <= a->max_err)) a->max_err = fabs(e), a->wi = i, a->wj = j;
+}
+
+/* The rounding conformance of one checked element with a finite reference
+ * (16-bit outputs): the sign-aware bias sums (|out| - |ref|, and lp's, and
+ * the ulp at ref), and, when ref lies farther than the margin from a
+ * rounding boundary of the dtype (so any arithmetic within the margin
+ * rounds it the same way), whether out and lp equal RNE(ref). */
+static void stats_rounding(struct stats *s, const struct gate_in *g, size_t i, size_t j, double out, double ref,
+                           double lp)
+{
+    enum dtype t = g->t;
+    double a = fabs(ref), ra = fabs((double)dt_round(t, (float)ref));
+    double up = dt_step(t, (float)ra, 1), down = dt_step(t, (float)ra, -1);
+    double hi = (ra + up) / 2, lo = ra > 0 ? (ra + down) / 2 : -hi, ulp = up - ra;
+    if (isfinite(out) && isfinite(ulp)) {
+        double d = fabs(out) - a, dl = fabs(lp) - a;
+        s->n_sb++, s->sum_ulp += ulp;
+        s->sum_sb += d, s->sum_sb2 += d * d, s->sum_sb_lp += dl, s->sum_sb_lp2 += dl * dl;
+    }
+    if (s->rne_margin < 0 || !(fmin(a - lo, hi - a) > s->rne_margin)) return;
+    double rne = ref < 0 ? -ra : ra;
+    s->rne_decided++;
+    s->rne_lp_bad += lp != rne;
+    if (out != rne && s->rne_bad++ == 0) s->rb_i = i, s->rb_j = j, s->rb_out = out, s->rb_ref = ref;
 }
 
 /* One checked element: output (i, j) against ref and lp.  A non-finite
@@ -107,6 +143,7 @@ static void stats_visit(struct stats *s, const struct gate_in *g, size_t i, size
     if (fl > s->floor) s->floor = fl;
     s->sum_lp_err += lp - ref, s->sum_lp_err2 += (lp - ref) * (lp - ref);
     s->n_nz += ref != 0;
+    if (fabs(ref) > s->max_ref) s->max_ref = fabs(ref);
     acc_add(&s->tiles[(i / KG_TILE) * s->tc + j / KG_TILE], ref, e, lp - ref, i, j);
     if (s->segs) acc_add(&s->segs[seg], ref, e, lp - ref, i, j);
     if (!isfinite(out)) return;
@@ -114,6 +151,7 @@ static void stats_visit(struct stats *s, const struct gate_in *g, size_t i, size
     s->sum_hp2 += hp * hp, s->sum_hp_err2 += (out - hp) * (out - hp);
     s->sum_err += e, s->sum_err2 += e * e, s->sum_ref2 += ref * ref;
     s->sum_out2 += out * out, s->sum_out_ref += out * ref;
+    if (DTYPES[g->t].bytes < 4) stats_rounding(s, g, i, j, out, ref, lp);
 }
 
 static double snr_db(double sig2, double err2)
@@ -169,6 +207,37 @@ static void stats_worst(struct stats *s, const struct gate_in *g)
     }
 }
 
+/* The rounding gate's margin: RNE_MARGIN_FACTOR x the largest |lpu - ref|
+ * (lp's error before its rounding to the dtype) over the checked elements
+ * with a finite reference; -1 when there is no unrounded lp (attention,
+ * whose lp rounds the probabilities, and f32 outputs). */
+static double stats_rne_margin(const struct gate_in *g)
+{
+    const struct output *o = g->o;
+    const struct plan *p = g->p;
+    const struct refs *f = g->f;
+    if (!f->lpu_r || DTYPES[g->t].bytes == 4) return -1;
+    double m = 0;
+    for (size_t k = 0; k < p->nr * o->cols; k++)
+        if (isfinite(f->ref_r[k])) m = fmax(m, fabs(f->lpu_r[k] - f->ref_r[k]));
+    for (size_t i = 0; i < o->rows && p->nc; i++)
+        for (size_t c = 0; c < p->nc && !p->row_in[i]; c++)
+            if (isfinite(f->ref_c[i * p->nc + c])) m = fmax(m, fabs(f->lpu_c[i * p->nc + c] - f->ref_c[i * p->nc + c]));
+    return RNE_MARGIN_FACTOR * m;
+}
+
+/* The sign-aware bias, in ulps: the mean of |out| - |ref| over the mean ulp
+ * at ref, lp's the same way, and the limit: 6 spreads of the mean plus
+ * twice lp's. */
+static void stats_sign_bias(struct stats *s)
+{
+    double n = (double)(s->n_sb ? s->n_sb : 1), ulp = s->sum_ulp > 0 ? s->sum_ulp / n : 1;
+    double m = s->sum_sb / n, ml = s->sum_sb_lp / n;
+    double sd = sqrt(fmax(0.0, s->sum_sb2 / n - m * m)), sdl = sqrt(fmax(0.0, s->sum_sb_lp2 / n - ml * ml));
+    s->sb_ulps = m / ulp, s->sb_lp_ulps = ml / ulp;
+    s->sb_limit = 6.0 * fmax(sd, sdl) / sqrt(n) / ulp + 2.0 * fabs(s->sb_lp_ulps);
+}
+
 static void stats_compute(struct stats *s, const struct gate_in *g)
 {
     const struct output *o = g->o;
@@ -184,6 +253,7 @@ static void stats_compute(struct stats *s, const struct gate_in *g)
             for (size_t i = o->seg[k]; i < o->seg[k + 1]; i++) seg_of[i] = (uint32_t)k;
     }
     const struct refs *f = g->f;
+    s->rne_margin = stats_rne_margin(g);
     for (size_t r = 0; r < p->nr; r++)
         for (size_t j = 0; j < o->cols; j++) {
             size_t at = r * o->cols + j;
@@ -216,6 +286,7 @@ static void stats_compute(struct stats *s, const struct gate_in *g)
     /* The spread of a mean of n errors: sd/sqrt(n), with sd at least the
      * same-precision reference's rms error (so few elements cannot make it 0). */
     s->bias_limit = 6.0 * fmax(s->sd_err, s->rms_lp_err) / sqrt(nf) + 2.0 * fabs(s->mean_lp_err);
+    stats_sign_bias(s);
     stats_worst(s, g);
 }
 
@@ -284,22 +355,75 @@ static void gate_written(const struct stats *s, const struct gate_in *g, struct 
              g->unwritten, g->o->rows * g->o->cols);
 }
 
-/* nontrivial: the reference's nonzero elements are well above atol and no
- * input is all zero (catches cases a kernel returning zeros would pass). */
+/* nontrivial: a kernel returning zeros would fail by a wide margin, and no
+ * input is all zero.  Uniform and normal inputs (every element of a similar
+ * size): the reference's rms over its nonzero checked elements exceeds
+ * NONTRIVIAL_FACTOR x atol, so zeros fail allclose nearly everywhere.
+ * Scaled inputs put most elements far below the largest by design, so
+ * allclose's atol (in units of max|x| = 1) sees only the largest; there
+ * max|ref| must exceed NONTRIVIAL_FACTOR x the same-precision limit, which
+ * zeros then fail.  Column: the measure over its need (>= 1 passes). */
 static void gate_nontrivial(const struct stats *s, const struct gate_in *g, struct verdict *v)
 {
-    v->value = s->rms_ref, v->limit = 10.0 * g->atol_base;   /* not scaled by the rms itself */
-    v->pass = g->inputs_nonzero && s->n_nz > 0 && s->rms_ref > v->limit;
+    int scaled = g->inputs == IN_SCALED;
+    double same_limit = 2.0 * s->max_lp_err + s->floor;
+    double measure = scaled ? s->max_ref : s->rms_ref, need = NONTRIVIAL_FACTOR * (scaled ? same_limit : g->atol_base);
+    v->value = need > 0 ? measure / need : INFINITY, v->limit = 1;
+    v->pass = g->inputs_nonzero && s->n_nz > 0 && v->value > 1;
     if (g->inputs_nonzero && s->n > 0 && s->n_nz == 0 && s->n_finite == s->n) {
         v->pass = 1;   /* the truth is zero: tile and group gates hold the output to it */
         snprintf(v->detail, sizeof v->detail, "the reference is exactly zero on all %zu checked elements (e.g. "
                  "the gradient of a softmax over one key): the tile and group gates hold the output to it", s->n);
         return;
     }
-    snprintf(v->detail, sizeof v->detail,
-             "reference rms %.4g (over its %zu nonzero checked elements) must exceed 10 x atol = %.4g%s, or "
-             "a kernel returning zeros could pass", s->rms_ref, s->n_nz, v->limit,
-             g->inputs_nonzero ? "" : " and inputs must be nonzero");
+    if (scaled)
+        snprintf(v->detail, sizeof v->detail, "scaled inputs: max|ref| %.4g must exceed %g x the same-precision "
+                 "limit %.4g%s, or a kernel returning zeros could pass", s->max_ref, NONTRIVIAL_FACTOR, same_limit,
+                 g->inputs_nonzero ? "" : ", and inputs must be nonzero");
+    else
+        snprintf(v->detail, sizeof v->detail, "reference rms %.4g (over its %zu nonzero checked elements) must exceed "
+                 "%g x atol = %.4g%s, or a kernel returning zeros could pass", s->rms_ref, s->n_nz,
+                 NONTRIVIAL_FACTOR, need, g->inputs_nonzero ? "" : " and inputs must be nonzero");
+}
+
+#define SIXTEEN_ONLY "applies to 16-bit outputs (f16, bf16)"
+
+/* rounding: among the checked elements whose reference lies farther than
+ * the margin (stats_rne_margin) from a rounding boundary, the outputs that
+ * differ from the dtype's round-to-nearest-even of the reference: no more
+ * than lp's on the same elements (by the margin's construction, none)
+ * (catches a conversion that truncates or rounds the wrong way). */
+static void gate_rounding(const struct stats *s, const struct gate_in *g, struct verdict *v)
+{
+    if (DTYPES[g->t].bytes == 4) { not_gated(v, SIXTEEN_ONLY); return; }
+    if (s->rne_margin < 0) {
+        not_gated(v, "no unrounded same-precision result: attention's lp rounds its probabilities, so its "
+                  "error is no margin; the sign-aware bias gate holds its rounding");
+        return;
+    }
+    if (s->rne_decided == 0) {
+        not_gated(v, "no checked element lies farther than the margin from a rounding boundary");
+        return;
+    }
+    v->value = (double)s->rne_bad, v->limit = (double)s->rne_lp_bad, v->pass = s->rne_bad <= s->rne_lp_bad;
+    int n = snprintf(v->detail, sizeof v->detail, "%zu of the %zu elements farther than %.3g (%g x lp's largest "
+                     "error) from a rounding boundary differ from round-to-nearest-even of the reference; lp: %zu",
+                     s->rne_bad, s->rne_decided, s->rne_margin, RNE_MARGIN_FACTOR, s->rne_lp_bad);
+    if (s->rne_bad && n > 0 && (size_t)n < sizeof v->detail)
+        snprintf(v->detail + n, sizeof v->detail - (size_t)n, "; first at (%zu,%zu): out %.9g, ref %.9g rounds to %.9g",
+                 s->rb_i, s->rb_j, s->rb_out, s->rb_ref, (double)dt_round(g->t, (float)s->rb_ref));
+}
+
+/* sign-bias: the mean of |out| - |ref| in ulps of the output within 6
+ * spreads of the mean plus twice lp's (catches rounding toward zero: half
+ * an ulp, which zero-mean outputs hide from the signed bias gate). */
+static void gate_sign_bias(const struct stats *s, const struct gate_in *g, struct verdict *v)
+{
+    if (DTYPES[g->t].bytes == 4) { not_gated(v, SIXTEEN_ONLY); return; }
+    v->value = fabs(s->sb_ulps), v->limit = s->sb_limit, v->pass = v->value <= v->limit;
+    snprintf(v->detail, sizeof v->detail, "mean(|out| - |ref|) %.4g ulp of %s over %zu elements vs limit %.4g "
+             "(6 spreads of the mean + 2 x lp's %.4g)", s->sb_ulps, DTYPES[g->t].name, s->n_sb, s->sb_limit,
+             fabs(s->sb_lp_ulps));
 }
 
 /* in bounds: the guard bands around the output still hold the poison bytes
@@ -499,8 +623,10 @@ static const struct gate GATES[] = {
     { "nan-inf", "nan/inf", SHOW_COUNT, gate_nan_inf },
     { "written", "unwritten", SHOW_COUNT, gate_written },
     { "in-bounds", "oob", SHOW_COUNT, gate_in_bounds },
-    { "nontrivial", "ref-rms", SHOW_VALUE, gate_nontrivial },
+    { "nontrivial", "nontriv", SHOW_VALUE, gate_nontrivial },
     { "bias", "bias", SHOW_RATIO, gate_bias },
+    { "rounding", "rne", SHOW_COUNT, gate_rounding },
+    { "sign-bias", "sbias", SHOW_RATIO, gate_sign_bias },
     { "snr", "snr-gate", SHOW_DB, gate_snr },
     { "baseline", "vs-base", SHOW_DB, gate_baseline },
     { "scale", "scale", SHOW_COUNT, gate_scale },
@@ -639,7 +765,7 @@ static void gate_output(struct run *r, int o, struct result *res, unsigned char 
     size_t unwritten, outside;
     float *out = gate_decode(r, o, raw, res->atol, &unwritten, &outside);
     struct gate_in g = { &r->out[o], &res->plan, &res->refs, out, unwritten, outside, r->out[o].dt,
-                         gate_rtol(r, o), res->atol, gate_base_atol(r, o), r->inputs_nonzero, &res->rep,
+                         gate_rtol(r, o), res->atol, gate_base_atol(r, o), r->inputs_nonzero, r->c->inputs, &res->rep,
                          r->q, r->q ? QFMTS[r->q->f].snr_gate : 0, r->o->trades_precision };
     free(res->s.tiles);
     free(res->s.segs);

@@ -48,7 +48,8 @@ static void gemm_prepare(struct run *r)
     enum dtype t = c->dt;
     size_t M = c->m, N = c->n, K = c->k;
     int at = c->layout[0] == 'T', bt = c->layout[1] == 'T';
-    float *a_st = run_input(r, 1, M * K, t), *b_st = run_input(r, 2, K * N, t);
+    float *a_st = run_input(r, 1, at ? in_gemm(K, M) : in_gemm(M, K), t);
+    float *b_st = run_input(r, 2, bt ? in_gemm(N, K) : in_gemm(K, N), t);
     uint64_t da = run_upload(r, a_st, M * K, t), db = run_upload(r, b_st, K * N, t);
     int64_t a_sm = at ? 1 : (int64_t)K, a_sk = at ? (int64_t)M : 1;   /* A[m][k] strides */
     int64_t b_sk = bt ? 1 : (int64_t)N, b_sn = bt ? (int64_t)K : 1;   /* B[k][n] strides */
@@ -59,7 +60,7 @@ static void gemm_prepare(struct run *r)
                               .m = M, .n = N, .k = K });
     product_part(o, 0, 0, M, K, a, b);
     if (!c->bwd) return;
-    float *dc = run_input(r, 3, M * N, t);
+    float *dc = run_input(r, 3, in_gemm(M, N), t);
     uint64_t ddc = run_upload(r, dc, M * N, t);
     const float *a_t = at ? a_st : run_transpose(r, a_st, M, K);      /* K x M */
     const float *b_t = bt ? b_st : run_transpose(r, b_st, K, N);      /* N x K */

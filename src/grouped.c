@@ -64,7 +64,8 @@ static void grouped_prepare(struct run *r)
     struct groups gs = product_groups(r);
     const uint32_t *offs = gs.offs;
     size_t M = offs[G];
-    float *a = run_input(r, 1, M * K, t), *b_st = run_input(r, 2, G * K * N, t);
+    float *a = run_input(r, 1, in_gemm(M, K), t);
+    float *b_st = run_input(r, 2, bt ? in_gemm(G * N, K) : in_gemm(G * K, N), t);
     uint64_t da = run_upload(r, a, M * K, t), db = run_upload(r, b_st, G * K * N, t);
     int64_t b_sk = bt ? 1 : (int64_t)N, b_sn = bt ? (int64_t)K : 1, b_sg = (int64_t)(K * N);
     const float *b = bt ? run_transpose_blocks(r, b_st, G, N, K) : b_st;  /* canonical [G][K][N] */
@@ -74,7 +75,7 @@ static void grouped_prepare(struct run *r)
     product_ragged_rows(r, o, &gs);
     for (size_t g = 0; g < G; g++) product_part(o, g, offs[g], c->lens[g], K, a + offs[g] * K, b + g * K * N);
     if (!c->bwd) return;
-    float *dc = run_input(r, 3, M * N, t);
+    float *dc = run_input(r, 3, in_gemm(M, N), t);
     uint64_t ddc = run_upload(r, dc, M * N, t);
     const float *b_t = bt ? b_st : run_transpose_blocks(r, b_st, G, K, N);   /* canonical [G][N][K] */
     o = product_output(r, "dA", M, K, (int64_t)K, 1, G,

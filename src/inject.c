@@ -1,6 +1,6 @@
 /* src/inject.c — planted faults (--inject): each a row of INJECTS with the
  * gate that must catch it; the faults of one op live in its file.  Relies on
- * run.c (the hook), lowprec.c and attn.c (their faults). */
+ * run.c (the hook), products.c, lowprec.c and attn.c (their faults). */
 
 /* Zero the middle output tile. */
 static void inj_tile(struct inject_ctx *x)
@@ -104,6 +104,8 @@ static const struct inject INJECTS[] = {
     { "outside", "in-bounds", "one element written past the end of the output", INJ_RAW, inj_outside, NULL },
     { "group", "group", "one group's (sequence's) rows scaled by 1+2^-5", INJ_VALUES, inj_group,
       inj_unfit_segments },
+    { "round", "rounding", "the fp32 to 16-bit output conversion truncates (round toward zero)", INJ_VALUES,
+      product_inj_round, product_inj_round_unfit },
     { "mask", "allclose", "the causal mask shifted by one key", INJ_VALUES, attn_inj_mask, attn_inj_unfit },
     { "race", "determinism", "one bit of a repeated run flipped (needs --repeat 2 or more)", INJ_REPEAT,
       inj_race, NULL },
@@ -111,6 +113,8 @@ static const struct inject INJECTS[] = {
       q_inj_unfit },
     { "quant", "conversion", "one scale block of A rounded the wrong way (quantize stage)", INJ_QSTAGE,
       q_inj_quant, q_inj_unfit },
+    { "scale-index", "snr", "each A scale block read from its neighbour's (row or K block): a wrong scale index",
+      INJ_VALUES, q_inj_scale_index, q_inj_index_unfit },
     { "precision", "baseline", "every element off by up to 2^-6 of itself (a narrow accumulator)", INJ_VALUES,
       q_inj_precision, q_inj_unfit },
 };

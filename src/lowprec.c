@@ -194,7 +194,7 @@ static void q_operand(struct run *r, struct qoperand *op, const char *name, int 
     op->g = (struct qgrid){ batch, rows, K, gr, gc };
     op->nblocks = qgrid_blocks(&op->g);
     op->code_bytes = batch * rows * q_row_bytes(q->f, K);
-    op->master = run_input(r, id, batch * rows * K, DT_BF16);
+    op->master = run_input(r, id, in_gemm(batch * rows, K), DT_BF16);
     op->codes = run_owned(r, op->code_bytes + 1);
     op->s = run_host(r, op->nblocks + 1);
     op->e8 = run_owned(r, op->nblocks + 1);
@@ -272,10 +272,23 @@ static void qgrouped_prepare(struct run *r)
     }
 }
 
-/* A low-precision product on the CPU: the codes and scales read back from
- * the buffers the GPU kernel would read, decoded, multiplied by ref.c's
- * candidate (qprod_elem, ACC_F32_TILED) per group. */
-static void q_cpu_product(struct run *r, const struct output *p)
+/* The index of the scale block next to block b of operand op's grid, as a
+ * wrong scale index reads it: the neighbouring K block when a row has
+ * several, else the neighbouring row block (b itself when there is none). */
+static size_t q_neighbour_block(const struct qoperand *op, size_t b)
+{
+    size_t nbr = qgrid_nbr(&op->g), nbc = qgrid_nbc(&op->g), bi = b / nbc, bj = b % nbc;
+    if (nbc > 1) return bi * nbc + ((bj ^ 1) < nbc ? bj ^ 1 : bj - 1);
+    if (nbr > 1) return ((bi ^ 1) < nbr ? bi ^ 1 : bi - 1) * nbc + bj;
+    return b;
+}
+
+/* A low-precision product on the CPU into raw storage buf (the output's
+ * strides): the codes and scales read back from the buffers the GPU kernel
+ * would read, decoded, multiplied by ref.c's candidate (qprod_elem,
+ * ACC_F32_TILED) per group; with wrong_index, each A scale block read from
+ * its neighbour's (q_neighbour_block). */
+static void q_cpu_product_into(struct run *r, const struct output *p, void *buf, int wrong_index)
 {
     const struct qrun *q = r->q;
     const struct qoperand *A = &q->op[0], *B = &q->op[1];
@@ -287,14 +300,26 @@ static void q_cpu_product(struct run *r, const struct output *p)
     q_decode_rows(q->f, (const uint8_t *)(uintptr_t)B->d_codes, nb, K, b);
     q_decode_scales(q->rule, (const void *)(uintptr_t)A->d_scales, A->nblocks, sa);
     q_decode_scales(q->rule, (const void *)(uintptr_t)B->d_scales, B->nblocks, sb);
+    if (wrong_index) {
+        float *right = xmalloc(A->nblocks * sizeof(float) + 1);
+        memcpy(right, sa, A->nblocks * sizeof(float));
+        for (size_t k = 0; k < A->nblocks; k++) sa[k] = right[q_neighbour_block(A, k)];
+        free(right);
+    }
     for (size_t g = 0; g < groups; g++) {
         struct qprod pr = q->prods[g];   /* the reference's geometry, the buffers' values */
         pr.x = a + (pr.x - A->xq), pr.y = b + (pr.y - B->xq), pr.sx = sa, pr.sy = sb + (pr.sy - B->sf);
         size_t row0 = p->pl.ragged == RAG_ROWS ? p->pl.offs[g] : 0;
-        cpu_candidate_qgemm(p->dt, &pr, (char *)(uintptr_t)p->buf + row0 * p->srow * DTYPES[p->dt].bytes,
-                            p->srow, p->scol);
+        cpu_candidate_qgemm(p->dt, &pr, (char *)buf + row0 * p->srow * DTYPES[p->dt].bytes, p->srow, p->scol);
     }
     free(a), free(b), free(sa), free(sb);
+}
+
+/* A low-precision product on the CPU device: q_cpu_product_into the
+ * output's own storage. */
+static void q_cpu_product(struct run *r, const struct output *p)
+{
+    q_cpu_product_into(r, p, (void *)(uintptr_t)p->buf, 0);
 }
 
 /* A low-precision product through the sm_90a fp8 GEMM
@@ -493,6 +518,31 @@ static void q_inj_precision(struct inject_ctx *x)
     for (size_t i = 0; i < x->o->rows * x->o->cols; i++) x->out[i] *= 1.0f + 0x1p-6f * rng_sym(x->key, i);
 }
 
+/* Replace the output by what a kernel with a wrong scale index computes:
+ * each A scale block read from its neighbour's (the next K block, or the
+ * next row when a row has one scale), from the CPU candidate so indexed.
+ * Caught when neighbouring blocks' amaxes differ, as scaled inputs make
+ * them; uniform inputs give every block nearly the same scale. */
+static void q_inj_scale_index(struct inject_ctx *x)
+{
+    const struct output *p = x->o;
+    size_t bytes = p->elems * DTYPES[p->dt].bytes;
+    void *raw = xcalloc(1, bytes + 1);
+    q_cpu_product_into(x->r, p, raw, 1);
+    for (size_t i = 0; i < p->rows; i++)
+        for (size_t j = 0; j < p->cols; j++)
+            x->out[i * p->cols + j] = dt_load(p->dt, raw, (size_t)((int64_t)i * p->srow + (int64_t)j * p->scol));
+    free(raw);
+}
+
+/* The scale-index fault's unfit hook: NULL if case c is low precision with
+ * more than one scale per tensor, else why it cannot be planted. */
+static const char *q_inj_index_unfit(const struct kcase *c)
+{
+    if (c->qfmt == Q_NONE) return "needs a low-precision case (--dtype " Q_NAMES ")";
+    return c->scaling == QS_TENSOR ? "needs row, block or MX scaling (one scale per tensor has no neighbour)" : NULL;
+}
+
 /* The unfit hook of the faults above: NULL if case c is low precision, else
  * why they cannot be planted in it. */
 static const char *q_inj_unfit(const struct kcase *c)
@@ -513,7 +563,7 @@ static void q_resolve(struct kcase *c, const struct device *d)
 {
     if (c->qfmt == Q_NONE || c->enc != ENC_DEVICE) return;
     c->enc = q_device_enc(d);
-    c->op->finish(c);
+    case_finish(c);
 }
 
 /* NULL if device d converts case c's low-precision format, else why not:

@@ -23,7 +23,9 @@ static void ops_parse_case(struct kcase *c, struct opts *o, int argc, char **arg
         if (used) { i += used; continue; }
         if (strncmp(argv[i], "--", 2) != 0)
             die(EXIT_USAGE, "%s: unexpected argument '%s'", c->where, argv[i]);
-        int r = c->op->set(c, argv[i], i + 1 < argc ? argv[i + 1] : NULL);
+        const char *val = i + 1 < argc ? argv[i + 1] : NULL;
+        int r = case_set_inputs(c, argv[i], val);
+        if (r < 0) r = c->op->set(c, argv[i], val);
         if (r < 0) {
             if (!allow_global && opts_parse(&(struct opts){ 0 }, argc, argv, i))
                 die(EXIT_USAGE, "%s: %s is a run option, not a case option", c->where, argv[i]);
@@ -31,7 +33,7 @@ static void ops_parse_case(struct kcase *c, struct opts *o, int argc, char **arg
         }
         i += 1 + r;
     }
-    c->op->finish(c);
+    case_finish(c);
 }
 
 /* Read a shapes file: one case per line, written as a kgate command without

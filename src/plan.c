@@ -75,6 +75,7 @@ static size_t plan_count(const struct plan *p, const struct output *o)
 struct refs {
     double *ref_r, *ref_c;        /* double accumulation */
     float *lp_r, *lp_c;           /* same precision, rounded to the output's dtype */
+    float *lpu_r, *lpu_c;         /* products: the same before that rounding (NULL otherwise) */
     double *hp_r, *hp_c;          /* low precision: the unquantised product (NULL otherwise) */
     double ref_s, lp_s;           /* seconds each took; lp_s < 0: computed with ref */
 };
@@ -86,15 +87,20 @@ static void refs_alloc(struct refs *f, const struct output *o, const struct plan
     f->lp_r = xcalloc(p->nr * o->cols, sizeof(float));
     f->ref_c = xcalloc(o->rows * p->nc, sizeof(double));
     f->lp_c = xcalloc(o->rows * p->nc, sizeof(float));
+    if (o->nparts) {
+        f->lpu_r = xcalloc(p->nr * o->cols, sizeof(float));
+        f->lpu_c = xcalloc(o->rows * p->nc, sizeof(float));
+    }
     if (o->nparts && o->parts[0].q) {
         f->hp_r = xcalloc(p->nr * o->cols, sizeof(double));
         f->hp_c = xcalloc(o->rows * p->nc, sizeof(double));
     }
 }
 
-static void refs_round(enum dtype t, float *v, size_t n)
+/* Round n values to dtype t in place, keeping the unrounded ones in keep. */
+static void refs_round(enum dtype t, float *v, size_t n, float *keep)
 {
-    for (size_t i = 0; i < n; i++) v[i] = dt_round(t, v[i]);
+    for (size_t i = 0; i < n; i++) keep[i] = v[i], v[i] = dt_round(t, v[i]);
 }
 
 /* The double reference and the same-precision reference of output o on plan
@@ -111,6 +117,8 @@ static void refs_free(struct refs *f)
     free(f->ref_c);
     free(f->lp_r);
     free(f->lp_c);
+    free(f->lpu_r);
+    free(f->lpu_c);
     free(f->hp_r);
     free(f->hp_c);
 }

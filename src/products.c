@@ -265,19 +265,21 @@ static void product_select(enum acc_kind kind, int quant, const struct part *pt,
 /* One reference of block pt on the plan, accumulated as `kind`: the plan's
  * rows that fall in it (local, b - a of them) into out_r from row a, and all
  * its rows on the plan's columns into out_c from row pt->row0; a float
- * reference is rounded to the output's dtype. */
+ * reference is rounded to the output's dtype, its unrounded values kept in
+ * f's lpu arrays at the same places. */
 static void product_ref_block(enum acc_kind kind, int quant, const struct output *o, const struct part *pt,
-                              const struct plan *p, const uint32_t *local, size_t a, size_t b, void *out_r, void *out_c)
+                              const struct plan *p, const uint32_t *local, size_t a, size_t b, void *out_r, void *out_c,
+                              struct refs *f)
 {
     size_t es = kind == ACC_F64 ? sizeof(double) : sizeof(float);
     char *r = (char *)out_r + a * o->cols * es, *c = (char *)out_c + pt->row0 * p->nc * es;
     if (b > a) {
         product_select(kind, quant, pt, o->cols, local, b - a, NULL, o->cols, r);
-        if (kind != ACC_F64) refs_round(o->dt, (float *)r, (b - a) * o->cols);
+        if (kind != ACC_F64) refs_round(o->dt, (float *)r, (b - a) * o->cols, f->lpu_r + a * o->cols);
     }
     if (p->nc) {
         product_select(kind, quant, pt, o->cols, NULL, pt->rows, p->cols, p->nc, c);
-        if (kind != ACC_F64) refs_round(o->dt, (float *)c, pt->rows * p->nc);
+        if (kind != ACC_F64) refs_round(o->dt, (float *)c, pt->rows * p->nc, f->lpu_c + pt->row0 * p->nc);
     }
 }
 
@@ -298,11 +300,11 @@ static void product_refs_part(struct refs *f, const struct output *o, const stru
     for (size_t i = a; i < b; i++) local[i - a] = (uint32_t)(p->rows[i] - pt->row0);
     int quant = pt->q != NULL;
     double t0 = now_s();
-    product_ref_block(ACC_F64, quant, o, pt, p, local, a, b, f->ref_r, f->ref_c);
+    product_ref_block(ACC_F64, quant, o, pt, p, local, a, b, f->ref_r, f->ref_c, f);
     double t1 = now_s();
-    product_ref_block(ACC_F32_SEQ, quant, o, pt, p, local, a, b, f->lp_r, f->lp_c);
+    product_ref_block(ACC_F32_SEQ, quant, o, pt, p, local, a, b, f->lp_r, f->lp_c, f);
     *ref_s += t1 - t0, *lp_s += now_s() - t1;
-    if (quant) product_ref_block(ACC_F64, 0, o, pt, p, local, a, b, f->hp_r, f->hp_c);
+    if (quant) product_ref_block(ACC_F64, 0, o, pt, p, local, a, b, f->hp_r, f->hp_c, f);
     free(local);
 }
 
@@ -312,4 +314,32 @@ static void product_reference(struct run *r, int o, const struct plan *p, struct
 {
     const struct output *out = &r->out[o];
     for (size_t i = 0; i < out->nparts; i++) product_refs_part(f, out, &out->parts[i], p, &f->ref_s, &f->lp_s);
+}
+
+/* --- its planted fault --- */
+
+/* Replace the output by what a kernel whose epilogue converts fp32 to the
+ * output dtype by truncation (round toward zero, cvt.rz) computes: the CPU
+ * candidate's fp32 sums, part by part, so converted. */
+static void product_inj_round(struct inject_ctx *x)
+{
+    const struct output *o = x->o;
+    float *acc = xcalloc(o->rows * o->cols + 1, sizeof(float));
+    for (size_t k = 0; k < o->nparts; k++) {
+        const struct part *pt = &o->parts[k];
+        float *dst = acc + pt->row0 * o->cols;
+        if (pt->q) cpu_candidate_qgemm(DT_F32, pt->q, dst, (int64_t)o->cols, 1);
+        else if (pt->inner && pt->rows) cpu_candidate_gemm(DT_F32, pt->x, pt->y, pt->rows, pt->inner, o->cols, dst,
+                                                           (int64_t)o->cols, 1);
+    }
+    for (size_t i = 0; i < o->rows * o->cols; i++) x->out[i] = dt_round_rz(o->dt, acc[i]);
+    free(acc);
+}
+
+/* The round fault's unfit hook: NULL if case c is a gemm or grouped case
+ * with a 16-bit output, else why it cannot be planted in it. */
+static const char *product_inj_round_unfit(const struct kcase *c)
+{
+    if (strcmp(c->op->name, "attn") == 0) return "needs a gemm or grouped case";
+    return c->dt == DT_F32 ? "needs a 16-bit output (f16, bf16)" : NULL;
 }

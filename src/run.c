@@ -130,15 +130,59 @@ static void run_release(struct run *r)
     r->nhost = r->ndev = 0;
 }
 
-/* A seeded input tensor of n elements: uniform in [-1, 1), scaled so that
- * max|x| = 1, rounded to dtype t.  Stream `id` of the run's key. */
-static float *run_input(struct run *r, int id, size_t n, enum dtype t)
+/* How an input tensor is laid out, for the scaled distribution: rows x
+ * cols stored row-major; magnitudes vary per row (2^U(-2s, 2s)), per
+ * segment (a row's run of seg columns: 2^U(-s, s)), per block (blk rows of
+ * a segment's columns: 2^U(-s, s)), and, with outliers, one column in
+ * OUTLIER_EVERY (seeded) is OUTLIER_GAIN times larger.  GEMM operands:
+ * seg = blk = 128 (the 1x128 and 128x128 scale blocks), s = 2, outliers;
+ * attention: seg = the head dim and blk = every row (per token, per token
+ * and head, per head), s = 0.5. */
+struct in_shape { size_t rows, cols, seg, blk; double s; int outliers; };
+
+#define IN_BLOCK 128         /* the 1x128 and 128x128 blocks of blockwise fp8 scaling */
+#define OUTLIER_EVERY 128
+#define OUTLIER_GAIN 16.0f   /* LLM.int8(): outlier features up to ~20x the others */
+
+/* A GEMM operand's in_shape: rows x cols. */
+static struct in_shape in_gemm(size_t rows, size_t cols)
 {
+    return (struct in_shape){ rows, cols, IN_BLOCK, IN_BLOCK, 2.0, 1 };
+}
+
+/* The magnitude factor of element (i, j) of the scaled distribution. */
+static float in_scaled_factor(const struct in_shape *sh, uint64_t key, size_t i, size_t j)
+{
+    size_t nseg = (sh->cols + sh->seg - 1) / sh->seg, sg = j / sh->seg;
+    double e = 2 * sh->s * rng_sym(mix64(key ^ 1), i) + sh->s * rng_sym(mix64(key ^ 2), i * nseg + sg) +
+               sh->s * rng_sym(mix64(key ^ 3), i / sh->blk * nseg + sg);
+    float f = exp2f((float)e);
+    if (sh->outliers && rng_at(mix64(key ^ 4), j) % OUTLIER_EVERY == 0) f *= OUTLIER_GAIN;
+    return f;
+}
+
+/* Value i of N(0, 1) in stream key (Box-Muller on two 53-bit uniforms). */
+static double rng_normal(uint64_t key, uint64_t i)
+{
+    double u1 = ((double)(rng_at(key, 2 * i) >> 11) + 0.5) * 0x1p-53;
+    double u2 = (double)(rng_at(key, 2 * i + 1) >> 11) * 0x1p-53;
+    return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
+}
+
+/* A seeded input tensor (stream `id` of the run's key) laid out as sh, drawn
+ * from the case's distribution: uniform in [-1, 1); N(0, 1); or scaled
+ * (uniform times in_scaled_factor).  Then normalised to max|x| = 1 and
+ * rounded to dtype t. */
+static float *run_input(struct run *r, int id, struct in_shape sh, enum dtype t)
+{
+    size_t n = sh.rows * sh.cols;
     float *v = run_host(r, n);
     uint64_t key = mix64(r->key ^ (uint64_t)id);
+    enum inputs dist = r->c->inputs;
     float mx = 0;
     for (size_t i = 0; i < n; i++) {
-        v[i] = rng_sym(key, i);
+        v[i] = dist == IN_NORMAL ? (float)rng_normal(key, i) : rng_sym(key, i);
+        if (dist == IN_SCALED) v[i] *= in_scaled_factor(&sh, mix64(key ^ 0x7363616c), i / sh.cols, i % sh.cols);
         mx = fabsf(v[i]) > mx ? fabsf(v[i]) : mx;
     }
     if (mx > 0)
