@@ -89,6 +89,7 @@ enum {
 #include "src/ops.c"      /* the op table; cases from the command line and shapes files */
 #include "src/timer.c"    /* the timer (run after the gates); rounds of compare and noise */
 #include "src/gates.c"    /* the gates; checking one output */
+#include "src/dump.c"     /* --dump: inputs, outputs and references as .npy for an oracle */
 #include "src/report.c"   /* the table and JSON */
 #include "src/ledger.c"   /* the ledger and the budget */
 #include "src/isa.c"      /* kgate isa; the --expect gate */
@@ -293,7 +294,7 @@ static int run_arms(const struct kcase *c, struct device *d, const struct opts *
     const struct inject *inj = o->inject ? inject_find(o->inject) : NULL;
     if (inj && inj->unfit && inj->unfit(c))
         die(EXIT_USAGE, "%s: --inject %s %s; %s is not", c->where, inj->name, inj->unfit(c), c->label);
-    if (lg) ledger_lookup_cached(lg, c, o, d, ac, narms);
+    if (lg && !o->dump_dir) ledger_lookup_cached(lg, c, o, d, ac, narms);   /* a dump needs the references */
     struct run r = { .c = c, .d = d, .o = o, .inputs_nonzero = 1, .geom = ac[0].geom, .inj = inj };
     r.key = hash_str(mix64(o->seed), c->label);
     for (size_t i = 0; i < 2 * c->nlens && c->lens; i++) r.key = mix64(r.key ^ c->lens[i]);
@@ -319,9 +320,10 @@ static int run_arms(const struct kcase *c, struct device *d, const struct opts *
         }
         pass &= ac[a].pass;
     }
+    if (o->dump_dir) dump_case(&r, ac[0].res, idx);
     if (pass && rd) {
         pass = time_rounds(&r, ac, narms, rd, have_refs, idx, total, progress);
-    } else if (pass) {
+    } else if (pass && !o->untimed) {
         arm_use(d, ac[0].arm);
         pass = ac[0].pass = time_case(&r, ac[0].res, have_refs, idx, total, progress);
         if (!pass) ac[0].gates_pass = 0;   /* the re-check after timing failed */
@@ -345,6 +347,7 @@ static int run_arms(const struct kcase *c, struct device *d, const struct opts *
             tl->outputs++, tl->outputs_failed += ac[a].gated ? !ac[a].res[k].pass : !ac[a].gates_pass;
             free(ac[a].res[k].s.tiles);
             free(ac[a].res[k].s.segs);
+            free(ac[a].res[k].out);
         }
         free(ac[a].res);
         ac[a].res = NULL;
@@ -370,7 +373,9 @@ static int run_case(const struct kcase *c, struct device *d, const struct opts *
 
 /* Run cases on the chosen device and arm and print the table; exit code 0
  * or 1.  A candidate arm (or --ledger) keeps the ledger: the budget is
- * checked first and every measured case gets a line. */
+ * checked first and every measured case gets a line.  With --seeds N the
+ * cases run on N seeds (after the first, gated but not timed) and a
+ * summary says per case on how many they passed. */
 static int cmd_run(struct kcase *cases, size_t n, const struct opts *o)
 {
     struct device d;
@@ -386,18 +391,30 @@ static int cmd_run(struct kcase *cases, size_t n, const struct opts *o)
         ledger_budget_check(&lg, &arm, n == 1 ? cases[0].label : NULL);
         lgp = &lg;
     }
-    FILE *summary = report_start(&d, o, cases, n);
-    struct tally tl = { 0 };
-    for (size_t i = 0; i < n; i++) {
-        struct arm_case ac = { .arm = &arm };
-        run_arms(&cases[i], &d, o, &ac, 1, NULL, lgp, (int)i + 1, (int)n, &tl, NULL);
+    int seeds = o->seeds > 1 ? o->seeds : 1, failed = 0;
+    int *passed = xcalloc(n, sizeof *passed);
+    uint64_t *first_fail = xcalloc(n, sizeof *first_fail);
+    for (int s = 0; s < seeds; s++) {
+        struct opts os = *o;
+        os.seed = o->seed + (uint64_t)s, os.untimed = o->untimed || s > 0;
+        FILE *summary = report_start(&d, &os, cases, n);
+        struct tally tl = { 0 };
+        for (size_t i = 0; i < n; i++) {
+            struct arm_case ac = { .arm = &arm };
+            int pass = run_arms(&cases[i], &d, &os, &ac, 1, NULL, lgp, (int)i + 1, (int)n, &tl, NULL);
+            if (!pass && passed[i] == s) first_fail[i] = os.seed;
+            passed[i] += pass;
+        }
+        report_tally(summary, &tl);
+        failed |= tl.cases_failed > 0;
     }
-    report_tally(summary, &tl);
+    if (o->seeds > 1) failed = report_seeds(cases, n, o, passed, first_fail, &d) > 0;
+    free(passed), free(first_fail);
     opts_close_device(&d);
     arm_free(&arm);
     free(file);
     if (lgp) free(lg.line);
-    return tl.cases_failed ? EXIT_GATE : EXIT_PASS;
+    return failed ? EXIT_GATE : EXIT_PASS;
 }
 
 /* The number of rounds of a compare or noise: --rounds, else 10. */
@@ -535,6 +552,10 @@ int main(int argc, char **argv)
     }
     if (o.expect && !op && strcmp(cmd, "isa") != 0 && strcmp(cmd, "all") != 0)
         die(EXIT_USAGE, "--expect: %s does not take it (isa, all, compare, noise and the case commands do)", cmd);
+    int runs_cases = (op && !compare && !noise) || strcmp(cmd, "all") == 0;
+    if ((o.seeds || o.dump_dir) && !runs_cases)
+        die(EXIT_USAGE, "%s: %s does not take it (all and the case commands do)", o.seeds ? "--seeds" : "--dump", cmd);
+    if (o.seeds > 1 && o.dump_dir) die(EXIT_USAGE, "--dump writes one seed's case: give --seed S, not --seeds N");
     int all_repeat = o.device_cpu ? DEFAULT_REPEAT_ALL_CPU : DEFAULT_REPEAT_ALL_GPU;
     inject_check(&o, !op && strcmp(cmd, "all") == 0 ? all_repeat : 1);
     if (op) {

@@ -427,6 +427,106 @@ else bad "--json failure: $(cat "$tmp/py")"; fi
 expect 0 "seed changes inputs, still passes" $K gemm --device cpu --shape 100x100x100 --seed 7
 has "$tmp/out" "seed: +7" "the seed is printed"
 
+echo "== trust: input distributions, a wrong scale index, rounding conformance, the oracle, seeds"
+expect 2 "--inputs with an unknown name" $K gemm --device cpu --shape 64x64x64 --inputs gaussian
+one_line "--inputs gaussian"
+expect 0 "--inputs normal, bf16 NN bwd" $K gemm --device cpu --layout NN --shape 200x150x90 --bwd --inputs normal --json
+python3 -c 'import json,sys
+o=json.loads(open(sys.argv[1]).read()); assert o["inputs"]=="normal" and o["case"].endswith(" normal"), o["case"]' \
+    "$tmp/out" 2>"$tmp/py" && ok "--json and the label name the distribution" || bad "--inputs in --json: $(cat "$tmp/py")"
+expect 0 "low precision runs on scaled inputs by default" $K gemm --device cpu --dtype e4m3 --scaling row --shape 64x64x256
+has "$tmp/out" "row->bf16 NT 64x64x256 scaled " "the low-precision label ends with 'scaled'"
+for c in "gemm --layout TT --shape 129x131x300" "gemm --dtype f16 --layout TN --shape 130x257x64 --bwd" \
+         "gemm --dtype f32 --layout NN --shape 127x255x33" "grouped --groups 0,65,1,130,0 --shape 70x200 --bwd" \
+         "attn --seqlens 0,37,130:70,5:0 --heads 4:2 --dim 80 --causal --bwd" \
+         "attn --dtype f16 --seq 239:1 --heads 2:1 --dim 64 --causal --bwd"; do
+    expect 0 "clean on scaled inputs: $c" $K $c --device cpu --inputs scaled
+done
+# The class uniform inputs hide: a kernel that reads a neighbouring row's A scale.  Every row of
+# a uniform input has amax within a bf16 rounding of 1, so all row scales agree and it passes;
+# scaled inputs (the low-precision default) make it fail the SNR gate.  The shape the H200 uses.
+expect 0 "uniform inputs hide a wrong row-scale index (1024x4096x4096)" $K gemm --device cpu --dtype e4m3 \
+    --scaling row --shape 1024x4096x4096 --repeat 1 --inject scale-index --inputs uniform
+expect 1 "scaled inputs catch it" $K gemm --device cpu --dtype e4m3 --scaling row --shape 1024x4096x4096 --repeat 1 \
+    --inject scale-index
+has "$tmp/out" "FAIL snr \(check\)" "a wrong row-scale index fails snr"
+for c in "gemm --dtype e4m3 --scaling block --shape 300x260x1000" "gemm --dtype mxfp8 --shape 200x150x256" \
+         "gemm --dtype mxfp4 --mx-rule up --shape 130x70x101" "grouped --dtype e4m3 --scaling row --groups 0,130,1,200 --shape 96x300" \
+         "gemm --dtype e5m2 --fp8 fnuz --scaling block --out f32 --shape 300x260x333"; do
+    lp_fault scale-index snr "kernel math" $c
+done
+expect 2 "--inject scale-index on tensor scaling" $K gemm --device cpu --dtype e4m3 --shape 64x64x64 --inject scale-index
+one_line "scale-index needs more than one scale"
+# A truncating epilogue: inside every element tolerance, and its signed errors cancel on
+# zero-mean outputs, so the bias gate passes it; the rounding and sign-bias gates do not.
+for c in "gemm --shape 300x260x70" "gemm --dtype f16 --layout TN --shape 257x129x65 --bwd --inputs scaled" \
+         "grouped --layout NN --groups 0,77,1,300,0,130 --shape 96x70 --bwd" "gemm --dtype e4m3 --scaling row --shape 300x260x333"; do
+    expect 1 "--inject round, $c" $K $c --device cpu --inject round
+    has "$tmp/out" "FAIL rounding \(check\): [0-9]+ of the [0-9]+ elements farther" "--inject round, $c: rounding names it"
+    has "$tmp/out" "FAIL sign-bias \(check\)" "--inject round, $c: sign-bias too"
+    if grep -q "FAIL bias " "$tmp/out"; then bad "--inject round, $c: the signed bias gate fired (truncation should hide from it)"
+    else ok "--inject round, $c: the signed bias gate does not see it"; fi
+done
+expect 2 "--inject round on an f32 output" $K gemm --device cpu --dtype f32 --shape 64x64x64 --inject round
+one_line "round needs a 16-bit output"
+expect 0 "the rounding gate decides most elements of a clean bf16 product" $K gemm --device cpu --shape 300x260x1000 --json
+python3 -c 'import json,sys
+o=json.loads(open(sys.argv[1]).read())["outputs"][0]["gates"]
+assert o["rounding"]["value"]==0 and o["rounding"]["limit"]>1000 and o["sign-bias"]["value"] < o["sign-bias"]["limit"], o' \
+    "$tmp/out" 2>"$tmp/py" && ok "clean: no element off RNE, sign-bias within its limit" || bad "rounding json: $(cat "$tmp/py")"
+expect 1 "nan-inf counts -inf references as a count, not an underflow" $K attn --device cpu --dtype bf16 --seq 70:50 \
+    --heads 2 --dim 32 --causal --inject nan
+has "$tmp/out" "FAIL nan-inf \(check\): output has 1 NaN and 40 inf \(1 and 40 on checked elements\); reference 0 and 40" \
+    "-inf LSE rows counted as 40 infs on both sides"
+# The oracle: kgate's references against an independent float64 implementation (NumPy here).
+D="$tmp/dump"
+printf 'gemm --shape 64x48x40 --layout NN\nattn --seq 30:20 --heads 2 --dim 16 --causal --bwd\n' >"$tmp/two.txt"
+i=0
+for c in "gemm --dtype f32 --layout NN --shape 70x50x40 --bwd" "gemm --layout TT --shape 129x131x77 --bwd --inputs scaled" \
+         "gemm --dtype f16 --layout TN --shape 1x300x77 --bwd" "gemm --shape 1500x1300x1200" \
+         "grouped --layout NT --groups 0,77,1,130,0 --shape 96x70 --bwd --inputs normal" \
+         "grouped --dtype f16 --layout NN --groups 63,0,129,1 --shape 70x33 --bwd" \
+         "attn --seqlens 0,37,130:70,5:0 --heads 4:2 --dim 80 --causal --bwd --inputs scaled" \
+         "attn --dtype f16 --seq 239:1 --heads 4:1 --dim 64 --causal --bwd" \
+         "attn --dtype f16 --seqlens 3000,700:900 --heads 8:2 --dim 64 --causal" \
+         "gemm --dtype e4m3 --scaling tensor --shape 200x150x96" "gemm --dtype e4m3 --scaling row --shape 200x150x96" \
+         "gemm --dtype e4m3 --scaling block --shape 300x260x333" "gemm --dtype e5m2 --fp8 fnuz --scaling block --out f32 --shape 129x131x300" \
+         "gemm --dtype e4m3 --fp8 fnuz --scaling tensor --shape 64x64x64" "gemm --dtype mxfp8 --shape 130x70x96" \
+         "gemm --dtype mxfp8e5m2 --mx-rule up --shape 70x64x200" "gemm --dtype mxfp4 --mx-rule up --shape 130x70x101" \
+         "grouped --dtype e4m3 --scaling block --groups 257,0,100,31 --shape 200x300" "grouped --dtype mxfp4 --groups 64,0,200,7 --shape 60x99"; do
+    i=$((i + 1))
+    expect 0 "--dump $c" $K $c --device cpu --repeat 1 --dump "$D/c$i"
+done
+[ -f "$D/c1/manifest.json" ] && [ -f "$D/c1/dA.ref_rows.npy" ] && ok "--dump writes a manifest and .npy files" || bad "--dump: $(ls "$D/c1")"
+if python3 -c 'import numpy' 2>/dev/null; then
+    run python3 bench/oracle.py --numpy "$D"/c*
+    [ $rc -eq 0 ] && ok "oracle: every output of $i cases agrees with kgate's references: $(tail -1 "$tmp/out")" \
+        || bad "oracle: exit $rc: $(grep -i disagree "$tmp/out" | head -5) $(head -c 300 "$tmp/err")"
+    cp -r "$D/c2" "$D/bad"
+    python3 -c 'import numpy as np,sys
+p=sys.argv[1]+"/dA.ref_rows.npy"; a=np.load(p); a[5,7]+=1e-6*abs(a).max(); np.save(p,a)' "$D/bad"
+    run python3 bench/oracle.py --numpy "$D/bad"
+    [ $rc -eq 1 ] && grep -q "DISAGREE" "$tmp/out" && ok "oracle: one reference off by 1e-6 of the largest disagrees (exit 1)" \
+        || bad "oracle on a planted reference error: exit $rc"
+    expect 0 "all --dump: one directory per case" $K all --device cpu --shapes "$tmp/two.txt" --dump "$D/all"
+    run python3 bench/oracle.py --numpy "$D/all"
+    [ $rc -eq 0 ] && [ -f "$D/all/case-002/manifest.json" ] && ok "oracle over all's case-NNN directories: $(tail -1 "$tmp/out")" \
+        || bad "oracle over all: exit $rc"
+else
+    skip "oracle: numpy not installed (.ci/run installs it)"
+fi
+expect 2 "--dump with --seeds" $K all --device cpu --shapes "$tmp/two.txt" --seeds 2 --dump "$D/x"
+one_line "--dump with --seeds"
+expect 2 "--dump with compare" $K compare gemm --device cpu --shape 64x64x64 --variant v -D X=1 --dump "$D/x"
+expect 2 "--seeds 0" $K all --device cpu --shapes "$tmp/two.txt" --seeds 0
+# Seeds: the suite on N seeds, and per case how many passed.
+expect 0 "all --seeds 3" $K all --device cpu --shapes "$tmp/two.txt" --seeds 3
+has "$tmp/out" "^seeds 42\.\.44: " "the seeds summary names the seeds"
+has "$tmp/out" "attn bf16 b1 s30:20 h2:2 d16 causal bwd +3/3" "each case: passed on 3 of 3"
+has "$tmp/out" "kgate: 2 cases on 3 seeds: 2 passed on every seed, 0 failed on some" "the seeds verdict line"
+expect 1 "all --seeds 2 with a planted fault" $K all --device cpu --shapes "$tmp/two.txt" --seeds 2 --seed 7 --inject nan
+has "$tmp/out" "gemm bf16 NN 64x48x40 +0/2 FAIL \(first on seed 7\)" "a failing case names its first failing seed"
+
 echo "== tolerances: looser needs --why"
 expect 2 "--rtol 0.05 without --why" $K gemm --device cpu --shape 64x64x64 --rtol 0.05
 one_line "--rtol without --why"
@@ -1038,6 +1138,15 @@ if make -s kgate-asan >"$tmp/build" 2>&1; then
     asan 1 "--inject group, sampled" grouped --device cpu --groups 0,1000,1,700 --shape 1300x1200 --inject group
     asan 2 "bad shapes line" all --device cpu --shapes "$tmp/bad.txt"
     asan 2 "absurd shape" gemm --device cpu --shape 99999999x1x1
+    asan 0 "--dump, grouped bwd, scaled" grouped --device cpu --groups 0,65,1,130 --shape 70x33 --bwd --inputs scaled \
+        --dump "$tmp/asan_dump1"
+    asan 0 "--dump, mxfp4 odd K" gemm --device cpu --dtype mxfp4 --shape 65x40x101 --dump "$tmp/asan_dump2"
+    asan 0 "--dump, attn bwd, normal" attn --device cpu --seqlens 0,37,5:0 --heads 4:2 --dim 16 --causal --bwd \
+        --inputs normal --dump "$tmp/asan_dump3"
+    asan 1 "--inject round, f16 TN bwd" gemm --device cpu --dtype f16 --layout TN --shape 67x129x131 --bwd --inject round
+    asan 1 "--inject scale-index, grouped mxfp8" grouped --device cpu --dtype mxfp8 --groups 0,65,1,130 --shape 70x96 \
+        --inject scale-index
+    asan 0 "all --seeds 2" all --device cpu --shapes "$tmp/two.txt" --seeds 2
 else
     bad "kgate-asan build: $(head -c 800 "$tmp/build")"
 fi

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """An independent oracle for kgate's dumps: every output recomputed in float64.
 
-Reads what `kgate CASE --dump DIR` and `kgate all --dump DIR` write (README, "--dump";
-the contract is .dev/dump-format.md, format "kgate-dump 1"): a case folder holds
+Reads what `kgate CASE --dump DIR` and `kgate all --dump DIR` write (the format,
+"kgate-dump 1", is README's "An independent oracle" section): a case folder holds
 manifest.json and .npy files: the inputs (gemm/grouped A, B, dC; attn Q, K, V, dO;
 low precision: codes, scales, E8M0 bytes), and per output the kernel's values (out),
 kgate's double reference on the checked rows (ref_rows) and columns (ref_cols).
@@ -267,6 +267,8 @@ class Case:
         if self.op not in ("gemm", "grouped", "attn"):
             raise BadInput("%s: unknown op %r" % (path, self.op))
         self.label = str(self.man.get("case", os.path.basename(os.path.normpath(path))))
+        if self.man.get("inject"):
+            self.label += " [inject %s]" % self.man["inject"]
 
     def bad(self, msg):
         """A BadInput naming this case."""
@@ -397,14 +399,16 @@ def gemm_parts(b, Al, Bl, dC, needs):
 def grouped_parts(b, A, Bls, groups, dC, nt, needs):
     """C_g = A_g·B_g, dA_g = dC_g·B_gᵀ, dB rows: dB_g = A_gᵀ·dC_g (NN) or its transpose (NT)."""
     K, N = A.shape[1], Bls[0].shape[1] if Bls else 0
-    offs = np.concatenate([[0], np.cumsum(groups)]).astype(np.int64)
-    M = int(offs[-1])
+    offs = [0]
+    for m in groups:
+        offs.append(offs[-1] + m)
+    M = offs[-1]
     parts = {}
     if "C" in needs:
-        blocks = [(int(offs[g]), A[offs[g]:offs[g + 1]], Bls[g]) for g in range(len(groups))]
+        blocks = [(offs[g], A[offs[g]:offs[g + 1]], Bls[g]) for g in range(len(groups))]
         parts["C"] = product_part(b, blocks, M, N, needs["C"])
     if "dA" in needs:
-        blocks = [(int(offs[g]), dC[offs[g]:offs[g + 1]], b.t(Bls[g])) for g in range(len(groups))]
+        blocks = [(offs[g], dC[offs[g]:offs[g + 1]], b.t(Bls[g])) for g in range(len(groups))]
         parts["dA"] = product_part(b, blocks, M, K, needs["dA"])
     if "dB" in needs:
         R, W = (N, K) if nt else (K, N)

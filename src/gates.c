@@ -67,6 +67,7 @@ struct stats {
     double mean_err, sd_err, mean_lp_err, rms_lp_err, rms_ref, rel_l2, cosine, snr_db, bias_limit;
     double lp_snr_db, hp_snr_db;            /* the same-precision reference's SNR; the SNR vs unquantised */
     double sb_ulps, sb_lp_ulps, sb_limit;   /* sign-aware bias in ulps: the output's, lp's, the limit */
+    double sb_acc_ulps;                     /* ... of which the accumulation's allowance */
     long worst_tile;                        /* -1: no tile had enough checked elements */
     double worst_tile_snr, worst_tile_need;
     long worst_seg;                         /* -1: no segments */
@@ -75,6 +76,7 @@ struct stats {
 
 #define NONTRIVIAL_FACTOR 10.0 /* nontrivial: how far above its limit a zero output's error must be */
 #define RNE_MARGIN_FACTOR 4.0 /* rounding: an element is decided beyond this many x lp's largest error */
+#define RNE_BAD_SHARE 0.125   /* ... and at most lp's count plus this share of the decided may differ */
 #define TILE_MIN_CHECKED 64     /* the worst-tile gate looks at tiles with at least this many */
 #define TILE_SNR_SLACK_DB 10.0  /* a tile may be this much below the same-precision reference */
 
@@ -119,9 +121,9 @@ static void stats_visit(struct stats *s, const struct gate_in *g, size_t i, size
 {
     double out = g->out[i * g->o->cols + j];
     s->n++;
-    s->nan_out_checked += isnan(out), s->inf_out_checked += isinf(out);
+    s->nan_out_checked += isnan(out) != 0, s->inf_out_checked += isinf(out) != 0;
     if (!isfinite(ref)) {
-        s->nan_ref += isnan(ref), s->inf_ref += isinf(ref);
+        s->nan_ref += isnan(ref) != 0, s->inf_ref += isinf(ref) != 0;
         int same = out == ref || (isnan(out) && isnan(ref));
         if (!same) {
             s->close_fail++, s->max_err = INFINITY;
@@ -227,15 +229,20 @@ static double stats_rne_margin(const struct gate_in *g)
 }
 
 /* The sign-aware bias, in ulps: the mean of |out| - |ref| over the mean ulp
- * at ref, lp's the same way, and the limit: 6 spreads of the mean plus
- * twice lp's. */
+ * at ref, lp's the same way, and the limit: 6 spreads of the mean, plus
+ * twice lp's, plus an allowance for an accumulation that errs toward zero
+ * (tensor cores' fp32 sums truncate: Fasi, Higham, Mikaitis, Pranesh,
+ * "Numerical behavior of NVIDIA tensor cores", PeerJ CS 2021) by up to
+ * twice lp's largest unrounded error, in ulps; a truncating conversion
+ * errs by half an ulp. */
 static void stats_sign_bias(struct stats *s)
 {
     double n = (double)(s->n_sb ? s->n_sb : 1), ulp = s->sum_ulp > 0 ? s->sum_ulp / n : 1;
     double m = s->sum_sb / n, ml = s->sum_sb_lp / n;
     double sd = sqrt(fmax(0.0, s->sum_sb2 / n - m * m)), sdl = sqrt(fmax(0.0, s->sum_sb_lp2 / n - ml * ml));
     s->sb_ulps = m / ulp, s->sb_lp_ulps = ml / ulp;
-    s->sb_limit = 6.0 * fmax(sd, sdl) / sqrt(n) / ulp + 2.0 * fabs(s->sb_lp_ulps);
+    s->sb_acc_ulps = s->rne_margin > 0 ? 2.0 * s->rne_margin / RNE_MARGIN_FACTOR / ulp : 0;
+    s->sb_limit = 6.0 * fmax(sd, sdl) / sqrt(n) / ulp + 2.0 * fabs(s->sb_lp_ulps) + s->sb_acc_ulps;
 }
 
 static void stats_compute(struct stats *s, const struct gate_in *g)
@@ -391,8 +398,15 @@ static void gate_nontrivial(const struct stats *s, const struct gate_in *g, stru
 /* rounding: among the checked elements whose reference lies farther than
  * the margin (stats_rne_margin) from a rounding boundary, the outputs that
  * differ from the dtype's round-to-nearest-even of the reference: no more
- * than lp's on the same elements (by the margin's construction, none)
- * (catches a conversion that truncates or rounds the wrong way). */
+ * than lp's on the same elements (by the margin's construction, none) plus
+ * RNE_BAD_SHARE of them (catches a conversion that truncates or rounds the
+ * wrong way).  A wrong rounding mode moves every decided element whose
+ * fraction lies on the other side of the tie: about half of them.  Sums
+ * less exact than lp's move only the few that lie within their error of a
+ * boundary: on the H200 the fp8 tensor-core kernels (whose accumulation
+ * keeps ~14 bits: DeepSeek-V3 report, 3.3.2) moved 0.5-2.9% over seeds
+ * 42..46.  The share lies between the two.  --trades-precision (sums
+ * declared less exact than lp's) waives the count; sign-bias still holds. */
 static void gate_rounding(const struct stats *s, const struct gate_in *g, struct verdict *v)
 {
     if (DTYPES[g->t].bytes == 4) { not_gated(v, SIXTEEN_ONLY); return; }
@@ -405,13 +419,17 @@ static void gate_rounding(const struct stats *s, const struct gate_in *g, struct
         not_gated(v, "no checked element lies farther than the margin from a rounding boundary");
         return;
     }
-    v->value = (double)s->rne_bad, v->limit = (double)s->rne_lp_bad, v->pass = s->rne_bad <= s->rne_lp_bad;
+    v->value = (double)s->rne_bad, v->limit = (double)s->rne_lp_bad + floor(RNE_BAD_SHARE * (double)s->rne_decided);
+    v->pass = v->value <= v->limit || g->trades;   /* sums declared less exact: the count cannot tell */
     int n = snprintf(v->detail, sizeof v->detail, "%zu of the %zu elements farther than %.3g (%g x lp's largest "
-                     "error) from a rounding boundary differ from round-to-nearest-even of the reference; lp: %zu",
-                     s->rne_bad, s->rne_decided, s->rne_margin, RNE_MARGIN_FACTOR, s->rne_lp_bad);
+                     "error) from a rounding boundary differ from round-to-nearest-even of the reference; limit "
+                     "%.0f: lp's %zu + %g of them", s->rne_bad, s->rne_decided, s->rne_margin, RNE_MARGIN_FACTOR,
+                     v->limit, s->rne_lp_bad, RNE_BAD_SHARE);
     if (s->rne_bad && n > 0 && (size_t)n < sizeof v->detail)
-        snprintf(v->detail + n, sizeof v->detail - (size_t)n, "; first at (%zu,%zu): out %.9g, ref %.9g rounds to %.9g",
-                 s->rb_i, s->rb_j, s->rb_out, s->rb_ref, (double)dt_round(g->t, (float)s->rb_ref));
+        n += snprintf(v->detail + n, sizeof v->detail - (size_t)n, "; first at (%zu,%zu): out %.9g, ref %.9g rounds "
+                      "to %.9g", s->rb_i, s->rb_j, s->rb_out, s->rb_ref, (double)dt_round(g->t, (float)s->rb_ref));
+    if (g->trades && n > 0 && (size_t)n < sizeof v->detail)
+        snprintf(v->detail + n, sizeof v->detail - (size_t)n, "; waived: --trades-precision %s", g->trades);
 }
 
 /* sign-bias: the mean of |out| - |ref| in ulps of the output within 6
@@ -422,8 +440,8 @@ static void gate_sign_bias(const struct stats *s, const struct gate_in *g, struc
     if (DTYPES[g->t].bytes == 4) { not_gated(v, SIXTEEN_ONLY); return; }
     v->value = fabs(s->sb_ulps), v->limit = s->sb_limit, v->pass = v->value <= v->limit;
     snprintf(v->detail, sizeof v->detail, "mean(|out| - |ref|) %.4g ulp of %s over %zu elements vs limit %.4g "
-             "(6 spreads of the mean + 2 x lp's %.4g)", s->sb_ulps, DTYPES[g->t].name, s->n_sb, s->sb_limit,
-             fabs(s->sb_lp_ulps));
+             "(6 spreads of the mean + 2 x lp's %.4g + the accumulation's %.4g)", s->sb_ulps, DTYPES[g->t].name,
+             s->n_sb, s->sb_limit, fabs(s->sb_lp_ulps), s->sb_acc_ulps);
 }
 
 /* in bounds: the guard bands around the output still hold the poison bytes
@@ -660,6 +678,7 @@ struct result {
     int timed;                    /* on a launch's owner: its time is known */
     struct timing t;
     double tflops, pct_peak;      /* pct_peak < 0: peak not known */
+    float *out;                   /* --dump: the output as the first check decoded it (rows x cols) */
 };
 
 /* An attention gradient's default rtol and atol: at least GRAD_TOL_ULPS
@@ -668,7 +687,13 @@ struct result {
  * enters every row's D = sum O·dO and the cancellation in ds = P·(dP - D)
  * amplifies it, growing with the sequence: on the H200 the portable kernels'
  * bf16 dK reached 0.74 of a 10-roundoff limit at 2048 tokens.  The
- * same-precision gate stays the tight one. */
+ * same-precision gate stays the tight one.  Scaled inputs (logits of std ~10
+ * on the largest heads) make the softmax more peaked and that cancellation
+ * sharper: the CPU candidate's bf16 dK reached 1.45 of this limit over 4
+ * seeds of scaled attention cases, and 1.16 of twice it over 8 more, so no
+ * count of roundoffs is principled there: the atol of a gradient on scaled
+ * inputs is at least the same-precision reference's largest error (an
+ * element error the arithmetic explains). */
 #define GRAD_TOL_ULPS 16.0
 
 static double gate_grad_tol(enum dtype t, double dflt)
@@ -694,21 +719,28 @@ static double gate_base_atol(const struct run *r, int o)
 
 /* The allclose atol of output o: gate_base_atol, and for a gradient (which has
  * no natural unit: its scale follows dO and Q) gate_grad_tol of it times the
- * reference's rms when that exceeds 1. */
+ * reference's rms when that exceeds 1; on scaled inputs at least the
+ * same-precision reference's largest error (GRAD_TOL_ULPS says why). */
 static double gate_atol(const struct run *r, int o, const struct result *res)
 {
     const struct output *p = &r->out[o];
     if (!p->grad) return gate_base_atol(r, o);
-    double sum = 0;
+    double sum = 0, lp_err = 0;
     size_t n = 0;
     const struct plan *pl = &res->plan;
+    const struct refs *f = &res->refs;
     for (size_t i = 0; i < pl->nr * p->cols; i++)
-        if (isfinite(res->refs.ref_r[i])) sum += res->refs.ref_r[i] * res->refs.ref_r[i], n++;
+        if (isfinite(f->ref_r[i]))
+            sum += f->ref_r[i] * f->ref_r[i], n++, lp_err = fmax(lp_err, fabs(f->lp_r[i] - f->ref_r[i]));
     for (size_t i = 0; i < p->rows && pl->nc; i++)
-        for (size_t c = 0; c < pl->nc && !pl->row_in[i]; c++)
-            if (isfinite(res->refs.ref_c[i * pl->nc + c])) sum += res->refs.ref_c[i * pl->nc + c] * res->refs.ref_c[i * pl->nc + c], n++;
+        for (size_t c = 0; c < pl->nc && !pl->row_in[i]; c++) {
+            double v = f->ref_c[i * pl->nc + c];
+            if (isfinite(v)) sum += v * v, n++, lp_err = fmax(lp_err, fabs(f->lp_c[i * pl->nc + c] - v));
+        }
     double rms = n ? sqrt(sum / (double)n) : 0, atol = gate_base_atol(r, o);
-    return (r->o->atol >= 0 ? atol : gate_grad_tol(p->dt, atol)) * (rms > 1 ? rms : 1);
+    if (r->o->atol >= 0) return atol * (rms > 1 ? rms : 1);
+    atol = gate_grad_tol(p->dt, atol) * (rms > 1 ? rms : 1);
+    return r->c->inputs == IN_SCALED ? fmax(atol, lp_err) : atol;
 }
 
 /* Exit 2 if --rtol/--atol loosen dtype t's defaults without --why. */
@@ -777,7 +809,8 @@ static void gate_output(struct run *r, int o, struct result *res, unsigned char 
         res->pass &= res->v[k].pass;
     }
     res->failed_when = when;
-    free(out);
+    if (r->o->dump_dir && !res->out) res->out = out;   /* dump.c writes it and frees it */
+    else free(out);
     free(own);
 }
 

@@ -51,6 +51,8 @@ static void gemm_prepare(struct run *r)
     float *a_st = run_input(r, 1, at ? in_gemm(K, M) : in_gemm(M, K), t);
     float *b_st = run_input(r, 2, bt ? in_gemm(N, K) : in_gemm(K, N), t);
     uint64_t da = run_upload(r, a_st, M * K, t), db = run_upload(r, b_st, K * N, t);
+    run_keep(r, "A", a_st, 'f', 2, at ? K : M, at ? M : K, 0);
+    run_keep(r, "B", b_st, 'f', 2, bt ? N : K, bt ? K : N, 0);
     int64_t a_sm = at ? 1 : (int64_t)K, a_sk = at ? (int64_t)M : 1;   /* A[m][k] strides */
     int64_t b_sk = bt ? 1 : (int64_t)N, b_sn = bt ? (int64_t)K : 1;   /* B[k][n] strides */
     const float *a = at ? run_transpose(r, a_st, K, M) : a_st;        /* M x K */
@@ -62,6 +64,7 @@ static void gemm_prepare(struct run *r)
     if (!c->bwd) return;
     float *dc = run_input(r, 3, in_gemm(M, N), t);
     uint64_t ddc = run_upload(r, dc, M * N, t);
+    run_keep(r, "dC", dc, 'f', 2, M, N, 0);
     const float *a_t = at ? a_st : run_transpose(r, a_st, M, K);      /* K x M */
     const float *b_t = bt ? b_st : run_transpose(r, b_st, K, N);      /* N x K */
     o = product_output(r, "dA", M, K, a_sm, a_sk, 1,

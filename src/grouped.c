@@ -67,6 +67,8 @@ static void grouped_prepare(struct run *r)
     float *a = run_input(r, 1, in_gemm(M, K), t);
     float *b_st = run_input(r, 2, bt ? in_gemm(G * N, K) : in_gemm(G * K, N), t);
     uint64_t da = run_upload(r, a, M * K, t), db = run_upload(r, b_st, G * K * N, t);
+    run_keep(r, "A", a, 'f', 2, M, K, 0);
+    run_keep(r, "B", b_st, 'f', 3, G, bt ? N : K, bt ? K : N);
     int64_t b_sk = bt ? 1 : (int64_t)N, b_sn = bt ? (int64_t)K : 1, b_sg = (int64_t)(K * N);
     const float *b = bt ? run_transpose_blocks(r, b_st, G, N, K) : b_st;  /* canonical [G][K][N] */
     struct output *o = product_output(r, "C", M, N, (int64_t)N, 1, G,
@@ -77,6 +79,7 @@ static void grouped_prepare(struct run *r)
     if (!c->bwd) return;
     float *dc = run_input(r, 3, in_gemm(M, N), t);
     uint64_t ddc = run_upload(r, dc, M * N, t);
+    run_keep(r, "dC", dc, 'f', 2, M, N, 0);
     const float *b_t = bt ? b_st : run_transpose_blocks(r, b_st, G, K, N);   /* canonical [G][N][K] */
     o = product_output(r, "dA", M, K, (int64_t)K, 1, G,
         (struct prod_launch){ .dx = ddc, .dy = db, .sxm = (int64_t)N, .sxk = 1, .syk = b_sn, .syn = b_sk,

@@ -451,6 +451,7 @@ static void ledger_fields(FILE *f, const struct ledger *lg, const struct run *r,
     json_str(f, "compiler", d->compiler, 1);
     json_str(f, "case", r->c->label, 1);
     fprintf(f, "\"seed\":%" PRIu64 ",", r->o->seed);
+    json_str(f, "inputs", INPUTS[r->c->inputs], 1);
     report_json_arm(f, ac[a].arm, 1);
     char cond[512];
     ledger_conditions(r->o, cond, sizeof cond);

@@ -182,6 +182,25 @@ static void q_decode_scales(enum qrule rule, const void *raw, size_t n, float *v
         v[b] = rule == QR_AMAX ? ((const float *)raw)[b] : e8m0_decode(((const uint8_t *)raw)[b]);
 }
 
+/* Keep operand op's codes, scales and masters for --dump: A's as
+ * [rows][...], B's as [batch][rows][...]; scales [batch][row blocks][K blocks]. */
+static void q_keep(struct run *r, const struct qoperand *op, int is_a)
+{
+    static const char *const names[2][4] = { { "B_codes", "B_scales", "B_e8m0", "B_master" },
+                                              { "A_codes", "A_scales", "A_e8m0", "A_master" } };
+    const struct qgrid *g = &op->g;
+    size_t rb = q_row_bytes(r->q->f, g->cols), nbr = qgrid_nbr(g), nbc = qgrid_nbc(g);
+    if (is_a) {
+        run_keep(r, names[1][0], op->codes, 'u', 2, g->batch * g->rows, rb, 0);
+        run_keep(r, names[1][3], op->master, 'f', 2, g->batch * g->rows, g->cols, 0);
+    } else {
+        run_keep(r, names[0][0], op->codes, 'u', 3, g->batch, g->rows, rb);
+        run_keep(r, names[0][3], op->master, 'f', 3, g->batch, g->rows, g->cols);
+    }
+    run_keep(r, names[is_a][1], op->sf, 'f', 3, g->batch, nbr, nbc);
+    if (r->q->rule != QR_AMAX) run_keep(r, names[is_a][2], op->e8, 'u', 3, g->batch, nbr, nbc);
+}
+
 /* Make operand `op` (input stream id): batch x rows x K seeded bf16 values,
  * quantized by ref.c, decoded, uploaded; and the quantize-only kernel's
  * buffers allocated. */
@@ -209,6 +228,7 @@ static void q_operand(struct run *r, struct qoperand *op, const char *name, int 
     op->d_master = run_upload(r, op->master, batch * rows * K, DT_F32);
     op->d_qcodes = run_dev(r, op->code_bytes);
     op->d_qscales = run_dev(r, sbytes);
+    q_keep(r, op, id == 1);
 }
 
 /* The low-precision part of a gemm or grouped case: format, rule, K-block. */

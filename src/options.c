@@ -26,6 +26,9 @@ struct opts {
     const char *expect;           /* --expect wgmma|mma|mfma|wmma: the matrix instructions required */
     int rounds;                   /* compare and noise: interleaved rounds (0: the default) */
     const char *command;          /* argv[1], for the ledger */
+    const char *dump_dir;         /* --dump DIR: inputs, outputs and references for bench/oracle.py */
+    int seeds;                    /* all --seeds N: the suite on seeds seed .. seed + N - 1 (0: one) */
+    int untimed;                  /* gate only, no timer (--seeds: every seed after the first) */
 };
 
 /* Global options: set in `o` and return how many arguments were used (1 or
@@ -89,7 +92,8 @@ static int opts_parse(struct opts *o, int argc, char **argv, int i)
     static const char *const with_value[] = { "--device", "--kernels", "--shapes", "--seed",
                                               "--rtol", "--atol", "--why", "--inject", "--arch",
                                               "--repeat", "--trades-precision", "--variant", "-D",
-                                              "--ledger", "--budget", "--expect", "--rounds" };
+                                              "--ledger", "--budget", "--expect", "--rounds", "--dump",
+                                              "--seeds" };
     int takes = 0;
     for (size_t k = 0; k < sizeof with_value / sizeof *with_value; k++)
         if (strcmp(key, with_value[k]) == 0) takes = 1;
@@ -119,6 +123,17 @@ static int opts_parse(struct opts *o, int argc, char **argv, int i)
         if (parse_nonneg(val, dst) != 0) die(EXIT_USAGE, "%s %s: expected a number >= 0", key, val);
         return 2;
     }
+    if (strcmp(key, "--seeds") == 0) {
+        uint64_t v;
+        if (parse_u64(val, 1, 1000, &v) != 0) die(EXIT_USAGE, "--seeds %s: expected a whole number from 1 to 1000", val);
+        o->seeds = (int)v;
+        return 2;
+    }
+    if (strcmp(key, "--dump") == 0) {
+        if (!*val) die(EXIT_USAGE, "--dump needs a directory");
+        o->dump_dir = val;
+        return 2;
+    }
     if (strcmp(key, "--kernels") == 0) { o->kernels_path = val; return 2; }
     if (strcmp(key, "--shapes") == 0) { o->shapes_path = val; return 2; }
     if (strcmp(key, "--why") == 0) { o->why = val; return 2; }
@@ -139,8 +154,10 @@ static const char USAGE[] =
     "CPU references; a time is printed only for a case that passed every gate.\n"
     "\n"
     "commands:\n"
-    "  all       [--shapes FILE]             every case of a shapes file (default shapes.txt),\n"
-    "                                        each run 3 times (2 on --device cpu) unless --repeat\n"
+    "  all       [--shapes FILE] [--seeds N] every case of a shapes file (default shapes.txt),\n"
+    "                                        each run 3 times (2 on --device cpu) unless --repeat;\n"
+    "                                        --seeds N: on seeds --seed .. +N-1 (after the first\n"
+    "                                        gated, not timed), and how many each case passed\n"
     "  gemm      --shape MxNxK [--dtype D] [--layout L] [--bwd]\n"
     "                                        one GEMM: C = A·B; --bwd adds dA = dC·Bᵀ, dB = Aᵀ·dC\n"
     "  grouped   --groups M1,M2,... --shape NxK [--dtype D] [--layout NN|NT] [--bwd]\n"
@@ -182,6 +199,8 @@ static const char USAGE[] =
     "  --causal         attn: causal mask, bottom-right aligned when Sq != Sk\n"
     "  --scale X        attn: softmax scale (default 1/sqrt(D))\n"
     "  --bwd            the backward outputs too, each gated\n"
+    "  --inputs NAME    uniform (in [-1,1), max|x| = 1), normal (N(0,1/3)) or scaled (row, block\n"
+    "                   and outlier-channel magnitudes spanning 2^+-8; the default of fp8 and MX)\n"
     "\n"
     "low precision (gemm and grouped; layout NT, forward; gated by SNR, README):\n"
     "  --dtype e4m3|e5m2 [--scaling tensor|row|block]   fp8, fp32 scales (default tensor; block:\n"
@@ -204,10 +223,12 @@ static const char USAGE[] =
     "  --why TEXT       the reason for a looser tolerance, printed in the report\n"
     "  --inject KIND    plant a fault in the candidate's output (compare: the candidate arm's;\n"
     "                   noise: the first arm's): tile, tail, nan, bias, drop,\n"
-    "                   row, unwritten, outside, group, mask, race; low precision: scale, quant,\n"
-    "                   precision; the gate meant for it must fail\n"
+    "                   row, unwritten, outside, group, mask, race, round; low precision:\n"
+    "                   scale, quant, scale-index, precision; the gate meant for it must fail\n"
     "  --trades-precision TEXT  low precision: waive the 3 dB baseline rule, for this reason\n"
     "  --json           one JSON object per case on stdout (the summary goes to stderr)\n"
+    "  --dump DIR       write inputs, outputs and double references as .npy files and a\n"
+    "                   manifest (all: DIR/case-NNN) for bench/oracle.py\n"
     "\n"
     "porting (CASE: a case as on the command line, e.g. gemm --shape 2048x2048x2048):\n"
     "  --variant NAME   the candidate's name; with -D or --kernels it makes a candidate arm\n"

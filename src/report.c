@@ -358,6 +358,7 @@ static void json_case(FILE *f, const struct run *r, const struct arm_case *ac)
     json_str(f, "case", r->c->label, 1);
     json_str(f, "where", r->c->where, 1);
     fprintf(f, "\"seed\":%" PRIu64 ",", r->o->seed);
+    json_str(f, "inputs", INPUTS[r->c->inputs], 1);
     json_str(f, "device", r->d->name, 1);
     json_str(f, "arch", r->d->arch, 1);
     report_json_arm(f, ac->arm, 1);
@@ -492,11 +493,13 @@ static void print_why(const struct opts *o)
     }
 }
 
-/* The run's header: the machine, the seed, the repeats. */
+/* The run's header: the machine, the seed, the inputs, the repeats. */
 static void print_run_header(FILE *f, const struct device *d, const struct opts *o)
 {
     print_machine(f, d);
     fprintf(f, "  %-12s %" PRIu64 "\n", "seed:", o->seed);
+    fprintf(f, "  %-12s uniform, unless the case's label ends with its distribution (normal, scaled; --inputs)\n",
+            "inputs:");
     fprintf(f, "  %-12s %d run%s per case%s\n\n", "repeat:", o->repeat, o->repeat == 1 ? "" : "s",
             o->repeat > 1 ? " (outputs bitwise equal, or gated when a kernel declares atomics)" : "");
 }
@@ -533,4 +536,27 @@ static void report_tally(FILE *f, const struct tally *tl)
     if (tl->cases_skipped) fprintf(f, "; %d case%s skipped", tl->cases_skipped, tl->cases_skipped == 1 ? "" : "s");
     if (tl->isa_failed) fprintf(f, "; %d case%s failed --expect", tl->isa_failed, tl->isa_failed == 1 ? "" : "s");
     fputc('\n', f);
+}
+
+/* The --seeds summary: per case, on how many of the n seeds it passed and
+ * the first seed it failed on; returns the cases that failed on some seed. */
+static size_t report_seeds(const struct kcase *cases, size_t n, const struct opts *o, const int *passed,
+                           const uint64_t *first_fail, const struct device *d)
+{
+    size_t bad = 0, skipped = 0;
+    printf("\nseeds %" PRIu64 "..%" PRIu64 ": cases passed on every seed, or on how many\n", o->seed,
+           o->seed + (uint64_t)o->seeds - 1);
+    for (size_t i = 0; i < n; i++) {
+        const char *skip = q_unsupported(d, &cases[i]);
+        if (skip) { printf("  %-*s skip (%s)\n", LABEL_W, cases[i].label, skip); skipped++; continue; }
+        bad += passed[i] < o->seeds;
+        if (passed[i] == o->seeds) printf("  %-*s %d/%d\n", LABEL_W, cases[i].label, passed[i], o->seeds);
+        else printf("  %-*s %d/%d FAIL (first on seed %" PRIu64 ")\n", LABEL_W, cases[i].label, passed[i], o->seeds,
+                    first_fail[i]);
+    }
+    printf("kgate: %zu cases on %d seeds: %zu passed on every seed, %zu failed on some", n, o->seeds,
+           n - bad - skipped, bad);
+    if (skipped) printf("; %zu skipped", skipped);
+    printf("\n");
+    return bad;
 }

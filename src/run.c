@@ -89,6 +89,11 @@ struct inject {
 
 /* --- the run --- */
 
+/* An input tensor kept for --dump (dump.c): host values, float32 ('f') or
+ * bytes ('u'), up to three dimensions (unused ones 0). */
+struct kept { const char *name; const void *data; char type; int ndim; size_t shape[3]; };
+#define MAX_KEPT 12
+
 /* Everything one case needs while it runs; run_release frees it. */
 struct run {
     const struct kcase *c;
@@ -107,6 +112,8 @@ struct run {
     struct launch_geom *geom;     /* GPU, per launch owner: the kernels its last launch ran (the current arm's) */
     const struct inject *inj;     /* --inject's fault (src/inject.c), or NULL */
     int inject_off;               /* the arm that runs now is not the one --inject plants a fault in */
+    struct kept kept[MAX_KEPT];   /* the inputs as --dump writes them */
+    int nkept;
 };
 
 static void *run_owned(struct run *r, size_t bytes)
@@ -170,9 +177,11 @@ static double rng_normal(uint64_t key, uint64_t i)
 }
 
 /* A seeded input tensor (stream `id` of the run's key) laid out as sh, drawn
- * from the case's distribution: uniform in [-1, 1); N(0, 1); or scaled
- * (uniform times in_scaled_factor).  Then normalised to max|x| = 1 and
- * rounded to dtype t. */
+ * from the case's distribution, rounded to dtype t: uniform in [-1, 1),
+ * normalised to max|x| = 1; normal, N(0, 1/3) (the uniform's variance: the
+ * same expected |a|·|b| per product term, so the same tolerances; no
+ * normalisation: its tails reach ~5 sigma); scaled, uniform times
+ * in_scaled_factor, normalised to max|x| = 1. */
 static float *run_input(struct run *r, int id, struct in_shape sh, enum dtype t)
 {
     size_t n = sh.rows * sh.cols;
@@ -185,11 +194,21 @@ static float *run_input(struct run *r, int id, struct in_shape sh, enum dtype t)
         if (dist == IN_SCALED) v[i] *= in_scaled_factor(&sh, mix64(key ^ 0x7363616c), i / sh.cols, i % sh.cols);
         mx = fabsf(v[i]) > mx ? fabsf(v[i]) : mx;
     }
+    if (dist == IN_NORMAL) mx = mx > 0 ? 1.7320508f : 0;   /* sqrt(3): N(0, 1) to N(0, 1/3) */
     if (mx > 0)
         for (size_t i = 0; i < n; i++) v[i] = dt_round(t, v[i] / mx);
     else if (n > 0)
         r->inputs_nonzero = 0;
     return v;
+}
+
+/* Keep input `name` for --dump: data (float32 values, type 'f', or bytes,
+ * 'u') of shape d0 x d1 (x d2 when ndim is 3), as stored. */
+static void run_keep(struct run *r, const char *name, const void *data, char type, int ndim, size_t d0, size_t d1,
+                     size_t d2)
+{
+    if (r->nkept == MAX_KEPT) die(EXIT_DEVICE, "internal: too many kept inputs");
+    r->kept[r->nkept++] = (struct kept){ name, data, type, ndim, { d0, d1, d2 } };
 }
 
 /* Upload float values (exactly representable in t) as dtype t; returns the
