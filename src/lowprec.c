@@ -303,12 +303,10 @@ static size_t q_neighbour_block(const struct qoperand *op, size_t b)
     return b;
 }
 
-/* A low-precision product on the CPU into raw storage buf (the output's
- * strides): the codes and scales read back from the buffers the GPU kernel
- * would read, decoded, multiplied by ref.c's candidate (qprod_elem,
- * ACC_F32_TILED) per group; with wrong_index, each A scale block read from
- * its neighbour's (q_neighbour_block). */
-static void q_cpu_product_into(struct run *r, const struct output *p, void *buf, int wrong_index)
+/* A low-precision product on the CPU: the codes and scales read back from
+ * the buffers the GPU kernel would read, decoded, multiplied by ref.c's
+ * candidate (qprod_elem, ACC_F32_TILED) per group. */
+static void q_cpu_product(struct run *r, const struct output *p)
 {
     const struct qrun *q = r->q;
     const struct qoperand *A = &q->op[0], *B = &q->op[1];
@@ -320,26 +318,14 @@ static void q_cpu_product_into(struct run *r, const struct output *p, void *buf,
     q_decode_rows(q->f, (const uint8_t *)(uintptr_t)B->d_codes, nb, K, b);
     q_decode_scales(q->rule, (const void *)(uintptr_t)A->d_scales, A->nblocks, sa);
     q_decode_scales(q->rule, (const void *)(uintptr_t)B->d_scales, B->nblocks, sb);
-    if (wrong_index) {
-        float *right = xmalloc(A->nblocks * sizeof(float) + 1);
-        memcpy(right, sa, A->nblocks * sizeof(float));
-        for (size_t k = 0; k < A->nblocks; k++) sa[k] = right[q_neighbour_block(A, k)];
-        free(right);
-    }
     for (size_t g = 0; g < groups; g++) {
         struct qprod pr = q->prods[g];   /* the reference's geometry, the buffers' values */
         pr.x = a + (pr.x - A->xq), pr.y = b + (pr.y - B->xq), pr.sx = sa, pr.sy = sb + (pr.sy - B->sf);
         size_t row0 = p->pl.ragged == RAG_ROWS ? p->pl.offs[g] : 0;
-        cpu_candidate_qgemm(p->dt, &pr, (char *)buf + row0 * p->srow * DTYPES[p->dt].bytes, p->srow, p->scol);
+        cpu_candidate_qgemm(p->dt, &pr, (char *)(uintptr_t)p->buf + row0 * p->srow * DTYPES[p->dt].bytes,
+                            p->srow, p->scol);
     }
     free(a), free(b), free(sa), free(sb);
-}
-
-/* A low-precision product on the CPU device: q_cpu_product_into the
- * output's own storage. */
-static void q_cpu_product(struct run *r, const struct output *p)
-{
-    q_cpu_product_into(r, p, (void *)(uintptr_t)p->buf, 0);
 }
 
 /* A low-precision product through the sm_90a fp8 GEMM
@@ -540,19 +526,29 @@ static void q_inj_precision(struct inject_ctx *x)
 
 /* Replace the output by what a kernel with a wrong scale index computes:
  * each A scale block read from its neighbour's (the next K block, or the
- * next row when a row has one scale), from the CPU candidate so indexed.
- * Caught when neighbouring blocks' amaxes differ, as scaled inputs make
- * them; uniform inputs give every block nearly the same scale. */
+ * next row when a row has one scale), from ref.c's candidate on the host's
+ * decoded codes and scales so indexed (any device).  Caught when
+ * neighbouring blocks' amaxes differ, as scaled inputs make them; uniform
+ * inputs give every block nearly the same scale. */
 static void q_inj_scale_index(struct inject_ctx *x)
 {
+    const struct qrun *q = x->r->q;
+    const struct qoperand *A = &q->op[0];
     const struct output *p = x->o;
-    size_t bytes = p->elems * DTYPES[p->dt].bytes;
-    void *raw = xcalloc(1, bytes + 1);
-    q_cpu_product_into(x->r, p, raw, 1);
+    size_t groups = p->pl.ragged == RAG_ROWS ? p->pl.groups : 1;
+    float *sa = xmalloc(A->nblocks * sizeof(float) + 1);
+    for (size_t k = 0; k < A->nblocks; k++) sa[k] = A->sf[q_neighbour_block(A, k)];
+    void *raw = xcalloc(1, p->elems * DTYPES[p->dt].bytes + 1);
+    for (size_t g = 0; g < groups; g++) {
+        struct qprod pr = q->prods[g];
+        pr.sx = sa + (pr.sx - A->sf);
+        size_t row0 = p->pl.ragged == RAG_ROWS ? p->pl.offs[g] : 0;
+        cpu_candidate_qgemm(p->dt, &pr, (char *)raw + row0 * p->srow * DTYPES[p->dt].bytes, p->srow, p->scol);
+    }
     for (size_t i = 0; i < p->rows; i++)
         for (size_t j = 0; j < p->cols; j++)
             x->out[i * p->cols + j] = dt_load(p->dt, raw, (size_t)((int64_t)i * p->srow + (int64_t)j * p->scol));
-    free(raw);
+    free(raw), free(sa);
 }
 
 /* The scale-index fault's unfit hook: NULL if case c is low precision with
