@@ -8,8 +8,9 @@ enum qscaling { QS_TENSOR, QS_ROW, QS_BLOCK, QS_MX };
 static const char *const QSCALING[] = { "tensor", "row", "block", "mx" };
 enum fp8_enc { ENC_DEVICE, ENC_OCP, ENC_FNUZ };
 
-/* The distribution of a case's inputs (--inputs): every one is normalised
- * to max|x| = 1 and rounded to the input dtype (run.c's run_input).
+/* The distribution of a case's inputs (--inputs), drawn and rounded to the
+ * input dtype by run.c's run_input: uniform and scaled normalised to
+ * max|x| = 1, normal with the uniform's variance.
  * IN_DEFAULT becomes IN_SCALED for low-precision cases, IN_UNIFORM
  * otherwise (case_finish). */
 enum inputs { IN_DEFAULT, IN_UNIFORM, IN_NORMAL, IN_SCALED };
