@@ -687,8 +687,8 @@ struct result {
  * enters every row's D = sum O·dO and the cancellation in ds = P·(dP - D)
  * amplifies it, growing with the sequence: on the H200 the portable kernels'
  * bf16 dK reached 0.74 of a 10-roundoff limit at 2048 tokens.  The
- * same-precision gate stays the tight one.  Scaled inputs (logits of std ~10
- * on the largest heads) make the softmax more peaked and that cancellation
+ * same-precision gate stays the tight one.  Scaled inputs (logits up to
+ * |s| ~ 30 on the largest heads) make some rows more peaked and that cancellation
  * sharper: the CPU candidate's bf16 dK reached 1.45 of this limit over 4
  * seeds of scaled attention cases, and 1.16 of twice it over 8 more, so no
  * count of roundoffs is principled there: the atol of a gradient on scaled
