@@ -72,6 +72,17 @@ static void dump_case_fields(FILE *f, const struct run *r)
             q->op[1].g.gr, q->op[1].g.gc);
 }
 
+/* Write array `what` of output o as dir/<o>.<what>.npy (npy_write's
+ * arguments) and name the file in the manifest as "key":"file"; sep follows. */
+static void dump_array(FILE *m, const char *dir, const struct output *o, const char *what, const char *key,
+                       const char *descr, size_t size, int ndim, const size_t *shape, const void *data, const char *sep)
+{
+    char name[64];
+    snprintf(name, sizeof name, "%s.%s.npy", o->name, what);
+    npy_write(dump_path(dir, name), descr, size, ndim, shape, data);
+    fprintf(m, "\"%s\":\"%s\"%s", key, name, sep);
+}
+
 /* Output k's files: the decoded output as the gates saw it, the checked
  * rows and columns, and the double reference on them (rows of the row
  * block are NaN in the column block: read them from the row block). */
@@ -79,29 +90,18 @@ static void dump_output(FILE *m, const char *dir, const struct run *r, int k, co
 {
     const struct output *o = &r->out[k];
     const struct plan *p = &res->plan;
-    char name[64];
-    size_t shape[2] = { o->rows, o->cols };
     if (!res->out) die(EXIT_DEVICE, "internal: --dump: output %s was never decoded", o->name);
-    snprintf(name, sizeof name, "%s.out.npy", o->name);
-    npy_write(dump_path(dir, name), "<f4", 4, 2, shape, res->out);
-    fprintf(m, "%s{\"name\":\"%s\",\"dtype\":\"%s\",\"rows\":%zu,\"cols\":%zu,\"grad\":%s,\"full\":%s,\"out\":\"%s\",",
-            k ? "," : "", o->name, DTYPES[o->dt].name, o->rows, o->cols, o->grad ? "true" : "false",
-            p->full ? "true" : "false", name);
-    size_t nr[1] = { p->nr }, nc[1] = { p->nc }, rs[2] = { p->nr, o->cols }, cs[2] = { o->rows, p->nc };
-    snprintf(name, sizeof name, "%s.rows.npy", o->name);
-    npy_write(dump_path(dir, name), "<u4", 4, 1, nr, p->rows);
-    fprintf(m, "\"rows_checked\":\"%s\",", name);
-    snprintf(name, sizeof name, "%s.ref_rows.npy", o->name);
-    npy_write(dump_path(dir, name), "<f8", 8, 2, rs, res->refs.ref_r);
-    fprintf(m, "\"ref_rows\":\"%s\",", name);
-    snprintf(name, sizeof name, "%s.cols.npy", o->name);
-    npy_write(dump_path(dir, name), "<u4", 4, 1, nc, p->nc ? p->cols : (const uint32_t *)"");
-    fprintf(m, "\"cols_checked\":\"%s\",", name);
+    fprintf(m, "%s{\"name\":\"%s\",\"dtype\":\"%s\",\"rows\":%zu,\"cols\":%zu,\"grad\":%s,\"full\":%s,", k ? "," : "",
+            o->name, DTYPES[o->dt].name, o->rows, o->cols, o->grad ? "true" : "false", p->full ? "true" : "false");
+    size_t shape[2] = { o->rows, o->cols }, nr[1] = { p->nr }, nc[1] = { p->nc }, rs[2] = { p->nr, o->cols },
+           cs[2] = { o->rows, p->nc };
+    dump_array(m, dir, o, "out", "out", "<f4", 4, 2, shape, res->out, ",");
+    dump_array(m, dir, o, "rows", "rows_checked", "<u4", 4, 1, nr, p->rows, ",");
+    dump_array(m, dir, o, "ref_rows", "ref_rows", "<f8", 8, 2, rs, res->refs.ref_r, ",");
+    dump_array(m, dir, o, "cols", "cols_checked", "<u4", 4, 1, nc, p->nc ? p->cols : (const uint32_t *)"", ",");
     double *rc = xmalloc(o->rows * p->nc * sizeof(double) + 1);
     for (size_t i = 0; i < o->rows * p->nc; i++) rc[i] = p->row_in[i / p->nc] ? NAN : res->refs.ref_c[i];
-    snprintf(name, sizeof name, "%s.ref_cols.npy", o->name);
-    npy_write(dump_path(dir, name), "<f8", 8, 2, cs, rc);
-    fprintf(m, "\"ref_cols\":\"%s\"}", name);
+    dump_array(m, dir, o, "ref_cols", "ref_cols", "<f8", 8, 2, cs, rc, "}");
     free(rc);
 }
 

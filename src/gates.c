@@ -209,23 +209,29 @@ static void stats_worst(struct stats *s, const struct gate_in *g)
     }
 }
 
+/* max |x - ref| over the checked elements of output o with a finite
+ * reference, x laid out as the refs' blocks (x_r beside ref_r, x_c beside
+ * ref_c; rows of the row block skipped in the column block). */
+static double refs_max_err(const struct plan *p, const struct output *o, const struct refs *f, const float *x_r,
+                           const float *x_c)
+{
+    double m = 0;
+    for (size_t k = 0; k < p->nr * o->cols; k++)
+        if (isfinite(f->ref_r[k])) m = fmax(m, fabs(x_r[k] - f->ref_r[k]));
+    for (size_t i = 0; i < o->rows && p->nc; i++)
+        for (size_t c = 0; c < p->nc && !p->row_in[i]; c++)
+            if (isfinite(f->ref_c[i * p->nc + c])) m = fmax(m, fabs(x_c[i * p->nc + c] - f->ref_c[i * p->nc + c]));
+    return m;
+}
+
 /* The rounding gate's margin: RNE_MARGIN_FACTOR x the largest |lpu - ref|
  * (lp's error before its rounding to the dtype) over the checked elements
  * with a finite reference; -1 when there is no unrounded lp (attention,
  * whose lp rounds the probabilities, and f32 outputs). */
 static double stats_rne_margin(const struct gate_in *g)
 {
-    const struct output *o = g->o;
-    const struct plan *p = g->p;
-    const struct refs *f = g->f;
-    if (!f->lpu_r || DTYPES[g->t].bytes == 4) return -1;
-    double m = 0;
-    for (size_t k = 0; k < p->nr * o->cols; k++)
-        if (isfinite(f->ref_r[k])) m = fmax(m, fabs(f->lpu_r[k] - f->ref_r[k]));
-    for (size_t i = 0; i < o->rows && p->nc; i++)
-        for (size_t c = 0; c < p->nc && !p->row_in[i]; c++)
-            if (isfinite(f->ref_c[i * p->nc + c])) m = fmax(m, fabs(f->lpu_c[i * p->nc + c] - f->ref_c[i * p->nc + c]));
-    return RNE_MARGIN_FACTOR * m;
+    if (!g->f->lpu_r || DTYPES[g->t].bytes == 4) return -1;
+    return RNE_MARGIN_FACTOR * refs_max_err(g->p, g->o, g->f, g->f->lpu_r, g->f->lpu_c);
 }
 
 /* The sign-aware bias, in ulps: the mean of |out| - |ref| over the mean ulp
@@ -725,22 +731,21 @@ static double gate_atol(const struct run *r, int o, const struct result *res)
 {
     const struct output *p = &r->out[o];
     if (!p->grad) return gate_base_atol(r, o);
-    double sum = 0, lp_err = 0;
+    double sum = 0;
     size_t n = 0;
     const struct plan *pl = &res->plan;
     const struct refs *f = &res->refs;
     for (size_t i = 0; i < pl->nr * p->cols; i++)
-        if (isfinite(f->ref_r[i]))
-            sum += f->ref_r[i] * f->ref_r[i], n++, lp_err = fmax(lp_err, fabs(f->lp_r[i] - f->ref_r[i]));
+        if (isfinite(f->ref_r[i])) sum += f->ref_r[i] * f->ref_r[i], n++;
     for (size_t i = 0; i < p->rows && pl->nc; i++)
         for (size_t c = 0; c < pl->nc && !pl->row_in[i]; c++) {
             double v = f->ref_c[i * pl->nc + c];
-            if (isfinite(v)) sum += v * v, n++, lp_err = fmax(lp_err, fabs(f->lp_c[i * pl->nc + c] - v));
+            if (isfinite(v)) sum += v * v, n++;
         }
     double rms = n ? sqrt(sum / (double)n) : 0, atol = gate_base_atol(r, o);
     if (r->o->atol >= 0) return atol * (rms > 1 ? rms : 1);
     atol = gate_grad_tol(p->dt, atol) * (rms > 1 ? rms : 1);
-    return r->c->inputs == IN_SCALED ? fmax(atol, lp_err) : atol;
+    return r->c->inputs == IN_SCALED ? fmax(atol, refs_max_err(pl, p, f, f->lp_r, f->lp_c)) : atol;
 }
 
 /* Exit 2 if --rtol/--atol loosen dtype t's defaults without --why. */
