@@ -628,16 +628,22 @@ def scores(b, q, pos, Kv, sq, sk, causal, scale):
     return s
 
 
+def query_chunks(b, pos, h, sq, sk, causal):
+    """(s0, s1, positions, keys seen) per chunk of sorted query positions, sized to the backend's budget;
+    chunks whose queries see no key are left out."""
+    step = max(1, b.budget // max(1, h * sk))
+    for s0 in range(0, pos.size, step):
+        p = pos[s0:s0 + step]
+        kmax = visible(int(p[-1]), sq, sk, causal)
+        if kmax > 0:
+            yield s0, s0 + p.size, p, kmax
+
+
 def attn_fwd(b, q, pos, Kg, Vg, sq, sk, causal, scale):
     """O [h][n][D] and LSE [h][n] of queries q at sorted positions pos; a row with no key: 0, -inf."""
     h, n, d = q.shape
     o, lse = b.zeros((h, n, d)), b.full((h, n), -INF)
-    step = max(1, b.budget // max(1, h * sk))
-    for s0 in range(0, n, step):
-        p = pos[s0:s0 + step]
-        s1, kmax = s0 + p.size, visible(int(p[-1]), sq, sk, causal)
-        if kmax <= 0:
-            continue
+    for s0, s1, p, kmax in query_chunks(b, pos, h, sq, sk, causal):
         s = scores(b, q[:, s0:s1], p, Kg[:kmax], sq, sk, causal, scale)
         mx = b.amax(s)
         mx = b.where(b.isfinite(mx), mx, 0.0)
@@ -653,12 +659,7 @@ def attn_bwd_q(b, q, pos, do, lse, dd, Kg, Vg, sq, sk, causal, scale):
     h, n, d = q.shape
     dq = b.zeros((h, n, d))
     lse0 = b.where(b.isfinite(lse), lse, 0.0)
-    step = max(1, b.budget // max(1, h * sk))
-    for s0 in range(0, n, step):
-        p = pos[s0:s0 + step]
-        s1, kmax = s0 + p.size, visible(int(p[-1]), sq, sk, causal)
-        if kmax <= 0:
-            continue
+    for s0, s1, p, kmax in query_chunks(b, pos, h, sq, sk, causal):
         P = b.exp(scores(b, q[:, s0:s1], p, Kg[:kmax], sq, sk, causal, scale) - lse0[:, s0:s1, None])
         dP = do[:, s0:s1] @ b.t(Vg[:kmax])
         dq[:, s0:s1] = ((P * (dP - dd[:, s0:s1, None])) @ Kg[:kmax]) * scale
