@@ -43,6 +43,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/wait.h>
@@ -90,6 +92,7 @@ enum {
 #include "src/timer.c"    /* the timer (run after the gates); rounds of compare and noise */
 #include "src/gates.c"    /* the gates; checking one output */
 #include "src/dump.c"     /* --dump: inputs, outputs and references as .npy for an oracle */
+#include "src/worker.c"   /* cases in a watched worker process: a fault or a hang costs one case */
 #include "src/report.c"   /* the table and JSON */
 #include "src/ledger.c"   /* the ledger and the budget */
 #include "src/isa.c"      /* kgate isa; the --expect gate */
@@ -97,6 +100,18 @@ enum {
 #include "src/selftest.c" /* kgate selftest */
 
 /* ===== The pipeline of one case ===== */
+
+/* The watchdog's limit on each launch of case r (seconds): --timeout, else
+ * max(10 s, 100 x the expected time of its largest launch), expected at the
+ * device's peak (1 TFLOP/s when it is not known) or, for the CPU
+ * candidate, at 1 GFLOP/s. */
+static double launch_limit(const struct run *r)
+{
+    if (r->o->timeout > 0) return r->o->timeout;
+    double flops = 0, rate = r->d->kind == DEV_CPU ? 1e9 : r->c->dt == DT_F32 ? r->d->peak_f32 : r->d->peak_mma16;
+    for (int k = 0; k < r->nout; k++) flops = fmax(flops, r->out[k].flops);
+    return fmax(10.0, 100.0 * flops / (rate > 0 ? rate : 1e12));
+}
 
 /* Poison and launch every launch of the case (owners in order, their
  * kernels noted in r->geom for the report), wait; 1 if a launched kernel
@@ -301,6 +316,7 @@ static int run_arms(const struct kcase *c, struct device *d, const struct opts *
     FILE *progress = o->quiet ? NULL : stderr;
     if (progress) fprintf(progress, "[%d/%d] %s (%s): inputs\n", idx, total, c->label, c->where);
     c->op->prepare(&r);
+    worker_limit(launch_limit(&r));
     int have_refs = 0, pass = 1, repeat = o->repeat > 1 ? o->repeat : 1;
     for (int a = 0; a < narms; a++) {
         have_refs |= !ac[a].cached;
@@ -366,18 +382,28 @@ static int run_case(const struct kcase *c, struct device *d, const struct opts *
     return run_arms(c, d, o, &ac, 1, NULL, NULL, idx, total, tl, failed_gates);
 }
 
-/* `kgate all` runs every case this many times (--repeat): on a GPU 3, on
- * the CPU (whose candidate is deterministic by construction) 2. */
-#define DEFAULT_REPEAT_ALL_GPU 3
-#define DEFAULT_REPEAT_ALL_CPU 2
+/* The cases of one seed of a run, in worker processes (worker.c), and
+ * what they record where the watcher reads it (shared memory). */
+struct run_job {
+    struct kcase *cases;
+    size_t n;
+    struct opts o;                /* this seed's options */
+    int seed_index;
+    struct tally *tl;             /* shared */
+    int *passed, *skipped;        /* shared, per case: seeds passed; skipped on this device */
+    uint64_t *first_fail;         /* shared, per case: the first seed it failed on */
+    struct lost *lost;            /* the watcher's: this seed's cases that faulted or hung */
+    int nlost;
+};
 
-/* Run cases on the chosen device and arm and print the table; exit code 0
- * or 1.  A candidate arm (or --ledger) keeps the ledger: the budget is
- * checked first and every measured case gets a line.  With --seeds N the
- * cases run on N seeds (after the first, gated but not timed) and a
- * summary says per case on how many they passed. */
-static int cmd_run(struct kcase *cases, size_t n, const struct opts *o)
+/* In a worker: open the device, build the arm, keep the ledger when a
+ * candidate (or --ledger) asks for one (its budget checked first), then run
+ * cases first.. of the job, reporting each (the run's header when first is
+ * the first case). */
+static void run_job_work(void *ctx, int first)
 {
+    struct run_job *j = ctx;
+    const struct opts *o = &j->o;
     struct device d;
     struct arm arm;
     struct ledger lg, *lgp = NULL;
@@ -388,49 +414,105 @@ static int cmd_run(struct kcase *cases, size_t n, const struct opts *o)
     arm_use(&d, &arm);
     if (arm.candidate || o->ledger_path) {
         ledger_open(&lg, o);
-        ledger_budget_check(&lg, &arm, n == 1 ? cases[0].label : NULL);
+        ledger_budget_check(&lg, &arm, j->n == 1 ? j->cases[0].label : NULL);
         lgp = &lg;
     }
-    int seeds = o->seeds > 1 ? o->seeds : 1, failed = 0;
-    int *passed = xcalloc(n, sizeof *passed);
-    uint64_t *first_fail = xcalloc(n, sizeof *first_fail);
-    for (int s = 0; s < seeds; s++) {
-        struct opts os = *o;
-        os.seed = o->seed + (uint64_t)s, os.untimed = o->untimed || s > 0;
-        FILE *summary = report_start(&d, &os, cases, n);
-        struct tally tl = { 0 };
-        for (size_t i = 0; i < n; i++) {
-            struct arm_case ac = { .arm = &arm };
-            int pass = run_arms(&cases[i], &d, &os, &ac, 1, NULL, lgp, (int)i + 1, (int)n, &tl, NULL);
-            if (!pass && passed[i] == s) first_fail[i] = os.seed;
-            passed[i] += pass;
-        }
-        report_tally(summary, &tl);
-        failed |= tl.cases_failed > 0;
+    worker_ready();
+    if (first == 0) report_start(&d, o, j->cases, j->n);
+    else report_cases(j->cases, j->n, &d);
+    for (size_t i = (size_t)first; i < j->n; i++) {
+        worker_task((int)i, j->cases[i].label);
+        struct arm_case ac = { .arm = &arm };
+        j->skipped[i] = q_unsupported(&d, &j->cases[i]) != NULL;
+        int pass = run_arms(&j->cases[i], &d, o, &ac, 1, NULL, lgp, (int)i + 1, (int)j->n, j->tl, NULL);
+        if (!pass && j->passed[i] == j->seed_index) j->first_fail[i] = o->seed;
+        j->passed[i] += pass;
     }
-    if (o->seeds > 1) failed = report_seeds(cases, n, o, passed, first_fail, &d) > 0;
-    free(passed), free(first_fail);
     opts_close_device(&d);
     arm_free(&arm);
     free(file);
     if (lgp) free(lg.line);
-    return failed ? EXIT_GATE : EXIT_PASS;
+}
+
+/* In the watcher: a case whose worker died (fault or hung) is reported and
+ * counted failed. */
+static void run_job_lost(void *ctx, const struct lost *l)
+{
+    struct run_job *j = ctx;
+    const struct kcase *c = &j->cases[l->task];
+    report_lost(c, &j->o, l);
+    tally_lost(j->tl, l->how);
+    j->lost = realloc(j->lost, (size_t)(j->nlost + 1) * sizeof *j->lost);
+    if (!j->lost) die(EXIT_DEVICE, "out of host memory");
+    j->lost[j->nlost] = *l;
+    snprintf(j->lost[j->nlost++].where, sizeof l->where, "%s", c->where);
+    if (j->passed[l->task] == j->seed_index) j->first_fail[l->task] = j->o.seed;
+}
+
+/* `kgate all` runs every case this many times (--repeat): on a GPU 3, on
+ * the CPU (whose candidate is deterministic by construction) 2. */
+#define DEFAULT_REPEAT_ALL_GPU 3
+#define DEFAULT_REPEAT_ALL_CPU 2
+
+/* Run cases on the chosen device and arm and print the table, each seed's
+ * cases in workers (a case that faults or hangs is reported and the run
+ * goes on); exit code 0, 1 (a gate failed) or 5 (a case faulted or hung;
+ * it outranks 1), or the code that stopped the run.  A candidate arm (or
+ * --ledger) keeps the ledger: the budget is checked first and every
+ * measured case gets a line.  With --seeds N the cases run on N seeds
+ * (after the first, gated but not timed) and a summary says per case on how
+ * many they passed. */
+static int cmd_run(struct kcase *cases, size_t n, const struct opts *o)
+{
+    double t0 = now_s();
+    int seeds = o->seeds > 1 ? o->seeds : 1, failed = 0, lost = 0;
+    size_t bytes = sizeof(struct tally) + n * (2 * sizeof(int) + sizeof(uint64_t));
+    char *sh = shared_alloc(bytes);
+    struct run_job j = { .cases = cases, .n = n, .tl = (struct tally *)(void *)sh };
+    j.first_fail = (uint64_t *)(void *)(sh + sizeof(struct tally));
+    j.passed = (int *)(void *)(j.first_fail + n), j.skipped = j.passed + n;
+    report_width(cases, n);
+    for (int s = 0; s < seeds; s++) {
+        j.o = *o, j.seed_index = s, j.nlost = 0;
+        j.o.seed = o->seed + (uint64_t)s, j.o.untimed = o->untimed || s > 0;
+        memset(j.tl, 0, sizeof *j.tl);
+        int rc = supervise((int)n, run_job_work, run_job_lost, &j);
+        if (rc) {
+            shared_free(sh, bytes);
+            free(j.lost);
+            return rc;
+        }
+        report_tally(o->json ? stderr : stdout, j.tl, j.lost, j.nlost, now_s() - t0);
+        failed |= j.tl->cases_failed > 0, lost |= j.tl->faulted + j.tl->hung > 0;
+    }
+    if (o->seeds > 1) failed = report_seeds(cases, n, o, j.passed, j.first_fail, j.skipped) > 0;
+    shared_free(sh, bytes);
+    free(j.lost);
+    return lost ? EXIT_DEVICE : failed ? EXIT_GATE : EXIT_PASS;
 }
 
 /* The number of rounds of a compare or noise: --rounds, else 10. */
 static int rounds_of(const struct opts *o) { return o->rounds ? o->rounds : 10; }
 
-/* kgate compare CASE --variant NAME (-D K=V ... | --kernels FILE): the
- * reference arm and the candidate gated on the same inputs, then timed in
- * interleaved rounds with, unless the ledger holds one, an A/A copy of the
- * reference for the band; the verdict is faster, parity or slower.  Two
- * (or three) ledger lines.  Exit 0, 1 (a gate failed) or 4 (budget). */
-static int cmd_compare(struct kcase *c, const struct opts *o)
+/* A compare or a noise, in a worker: its case and options, and its tally
+ * (shared with the watcher). */
+struct cmp_job { struct kcase *c; const struct opts *o; struct tally *tl; struct lost lost; };
+
+/* In a worker: kgate compare CASE --variant NAME (-D K=V ... | --kernels
+ * FILE): the reference arm and the candidate gated on the same inputs,
+ * then timed in interleaved rounds with, unless the ledger holds one, an
+ * A/A copy of the reference for the band; the verdict is faster, parity or
+ * slower.  Two (or three) ledger lines. */
+static void compare_work(void *ctx, int first)
 {
+    struct cmp_job *j = ctx;
+    const struct opts *o = j->o;
+    struct kcase *c = j->c;
     struct device d;
     struct arm ref, cand, copy;
     struct ledger lg;
     char *file;
+    (void)first;
     opts_open_device(&d, o);
     arm_reference(&ref);
     arm_from_opts(&cand, o, &file);
@@ -452,27 +534,31 @@ static int cmd_compare(struct kcase *c, const struct opts *o)
         arm_build(&d, &copy);
         rd.copy = narms++;
     }
-    FILE *summary = report_start(&d, o, c, 1);
-    struct tally tl = { 0 };
-    run_arms(c, &d, o, ac, narms, &rd, &lg, 1, 1, &tl, NULL);
-    report_tally(summary, &tl);
+    worker_ready();
+    report_start(&d, o, c, 1);
+    worker_task(0, c->label);
+    run_arms(c, &d, o, ac, narms, &rd, &lg, 1, 1, j->tl, NULL);
     opts_close_device(&d);
     arm_free(&ref), arm_free(&cand);
     if (narms == 3) arm_free(&copy);
     free(file);
     free(lg.line);
-    return tl.cases_failed ? EXIT_GATE : EXIT_PASS;
 }
 
-/* kgate noise CASE: the arm the options name (the reference by default) and
- * its A/A copy, gated, then timed against each other in interleaved rounds;
- * their spread is the band `compare` uses.  Ledger lines for both. */
-static int cmd_noise(struct kcase *c, const struct opts *o)
+/* In a worker: kgate noise CASE: the arm the options name (the reference
+ * by default) and its A/A copy, gated, then timed against each other in
+ * interleaved rounds; their spread is the band `compare` uses.  Ledger
+ * lines for both. */
+static void noise_work(void *ctx, int first)
 {
+    struct cmp_job *j = ctx;
+    const struct opts *o = j->o;
+    struct kcase *c = j->c;
     struct device d;
     struct arm arm, copy;
     struct ledger lg;
     char *file;
+    (void)first;
     opts_open_device(&d, o);
     arm_from_opts(&arm, o, &file);
     ledger_open(&lg, o);
@@ -485,15 +571,41 @@ static int cmd_noise(struct kcase *c, const struct opts *o)
                 arm.src_name);
     struct rounds rd = { .n = rounds_of(o), .cand = -1, .copy = 1, .band = -1 };
     struct arm_case ac[2] = { { .arm = &arm }, { .arm = &copy } };
-    FILE *summary = report_start(&d, o, c, 1);
-    struct tally tl = { 0 };
-    run_arms(c, &d, o, ac, 2, &rd, &lg, 1, 1, &tl, NULL);
-    report_tally(summary, &tl);
+    worker_ready();
+    report_start(&d, o, c, 1);
+    worker_task(0, c->label);
+    run_arms(c, &d, o, ac, 2, &rd, &lg, 1, 1, j->tl, NULL);
     opts_close_device(&d);
     arm_free(&arm), arm_free(&copy);
     free(file);
     free(lg.line);
-    return tl.cases_failed ? EXIT_GATE : EXIT_PASS;
+}
+
+/* In the watcher: the compare's or noise's worker died during its case. */
+static void cmp_job_lost(void *ctx, const struct lost *l)
+{
+    struct cmp_job *j = ctx;
+    report_lost(j->c, j->o, l);
+    tally_lost(j->tl, l->how);
+    j->lost = *l;
+    snprintf(j->lost.where, sizeof j->lost.where, "%s", j->c->where);
+}
+
+/* kgate compare or noise (work: compare_work or noise_work) in a worker:
+ * exit 0, 1 (a gate failed), 4 (budget) or 5 (the case faulted or hung:
+ * the ledger is left as it was). */
+static int cmd_rounds(struct kcase *c, const struct opts *o, void (*work)(void *ctx, int first))
+{
+    double t0 = now_s();
+    struct cmp_job j = { .c = c, .o = o, .tl = shared_alloc(sizeof(struct tally)) };
+    report_width(c, 1);
+    int rc = supervise(1, work, cmp_job_lost, &j);
+    if (!rc) {
+        report_tally(o->json ? stderr : stdout, j.tl, &j.lost, j.tl->faulted + j.tl->hung, now_s() - t0);
+        rc = j.tl->faulted + j.tl->hung ? EXIT_DEVICE : j.tl->cases_failed ? EXIT_GATE : EXIT_PASS;
+    }
+    shared_free(j.tl, sizeof(struct tally));
+    return rc;
 }
 
 /* kgate all: every case of a shapes file (--shapes, default ./shapes.txt). */
@@ -526,11 +638,15 @@ static const struct command { const char *name; int (*run)(const struct opts *o,
 int main(int argc, char **argv)
 {
     if (argc < 2) die(EXIT_USAGE, "no command given (kgate --help lists them)");
-    if (strcmp(argv[1], "codec") == 0) return cmd_codec(argc, argv);
     if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "help") == 0) {
+        if (argc > 2) return opts_command_help(argv[2]);
         fputs(USAGE, stdout);
         return EXIT_PASS;
     }
+    if (strcmp(argv[1], "--version") == 0 || strcmp(argv[1], "version") == 0) return opts_version();
+    for (int i = 2; i < argc; i++)
+        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) return opts_command_help(argv[1]);
+    if (strcmp(argv[1], "codec") == 0) return cmd_codec(argc, argv);
     struct opts o = { .seed = 42, .rtol = -1, .atol = -1 };
     const char *cmd = argv[1], *sub = NULL;
     o.command = cmd;
@@ -559,7 +675,8 @@ int main(int argc, char **argv)
     int all_repeat = o.device_cpu ? DEFAULT_REPEAT_ALL_CPU : DEFAULT_REPEAT_ALL_GPU;
     inject_check(&o, !op && strcmp(cmd, "all") == 0 ? all_repeat : 1);
     if (op) {
-        int rc = compare ? cmd_compare(&one, &o) : noise ? cmd_noise(&one, &o) : cmd_run(&one, 1, &o);
+        int rc = compare ? cmd_rounds(&one, &o, compare_work) : noise ? cmd_rounds(&one, &o, noise_work)
+                         : cmd_run(&one, 1, &o);
         case_free(&one);
         return rc;
     }

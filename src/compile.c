@@ -9,7 +9,7 @@ struct code_obj {
     size_t size;
     char sha[65];              /* sha256 of the code object: its identity */
     char key[65];              /* cache key: source, options, arch, compiler */
-    char bin_path[PATH_MAX], log_path[PATH_MAX];
+    char bin_path[PATH_MAX], log_path[PATH_MAX], sum_path[PATH_MAX];
     int cached;                /* 1 = read from the cache, not compiled now */
     double seconds;            /* compile time when compiled now */
 };
@@ -25,6 +25,42 @@ static const char *cache_dir(void)
     else if (home && *home) snprintf(dir, sizeof dir, "%s/.cache/kgate", home);
     else snprintf(dir, sizeof dir, ".kgate-cache");
     return dir;
+}
+
+/* Write the checksum of a cache entry's code object beside it
+ * (co->sum_path: "kgate-sum 1 SIZE SHA256"); 0 on success. */
+static int cache_write_sum(const struct code_obj *co, const void *data, size_t n)
+{
+    char sha[65], line[128];
+    sha256_text(data, n, sha);
+    int len = snprintf(line, sizeof line, "kgate-sum 1 %zu %s\n", n, sha);
+    return write_file_atomic(co->sum_path, line, (size_t)len);
+}
+
+/* Read co's cache entry and check it against its checksum: 1 (co->data
+ * holds the code object), 0 (no entry), or -1 (a damaged entry: empty,
+ * truncated, altered or without its checksum; removed, with a line on
+ * stderr, so that it is compiled again and never trusted). */
+static int cache_read_entry(struct code_obj *co)
+{
+    size_t n = 0;
+    char *data = read_file(co->bin_path, &n);
+    if (!data) return 0;
+    char *sum = read_file(co->sum_path, NULL), sha[65], want[65] = "";
+    size_t want_n = 0;
+    sha256_text(data, n, sha);
+    const char *why = !sum || sscanf(sum, "kgate-sum 1 %zu %64s", &want_n, want) != 2 ? "no checksum"
+                      : n == 0 ? "empty" : n != want_n ? "size differs from its checksum's"
+                      : strcmp(sha, want) != 0 ? "contents differ from its checksum" : NULL;
+    free(sum);
+    if (!why) {
+        co->data = data, co->size = n;
+        return 1;
+    }
+    free(data);
+    fprintf(stderr, "kgate: cache entry %s is damaged (%s): compiling again\n", co->bin_path, why);
+    unlink(co->bin_path), unlink(co->sum_path);
+    return -1;
 }
 
 /* In a compiler's child process: the crash or hang that tests plant with
@@ -61,7 +97,8 @@ static int compile_child(const struct rtc *c, const char *src, const char *name,
     if (cr != 0) return 1;
     if (c->code_size(prog, &n) != 0 || n == 0) return 2;
     char *code = xmalloc(n);
-    if (c->code(prog, code) != 0 || write_file_atomic(co->bin_path, code, n) != 0) return 2;
+    if (c->code(prog, code) != 0 || write_file_atomic(co->bin_path, code, n) != 0 || cache_write_sum(co, code, n) != 0)
+        return 2;
     free(code);
     c->destroy(&prog);
     return 0;
@@ -85,8 +122,7 @@ static void print_log_head(const char *path, int max_lines)
  * exits 5 if there can be no child. */
 static pid_t compile_fork(void)
 {
-    fflush(NULL);
-    pid_t pid = fork();
+    pid_t pid = fork_tied();
     if (pid < 0) die(EXIT_DEVICE, "cannot fork the compiler: %s", strerror(errno));
     return pid;
 }
@@ -145,20 +181,21 @@ static int cache_lookup(const char *ident, const char *src, const char *const *o
     const char *dir = cache_dir();
     if (mkdir_p(dir) != 0) die(EXIT_DEVICE, "cannot create the cache directory %s: %s", dir, strerror(errno));
     if (snprintf(co->bin_path, sizeof co->bin_path, "%s/%s.bin", dir, co->key) >= PATH_MAX ||
-        snprintf(co->log_path, sizeof co->log_path, "%s/%s.log", dir, co->key) >= PATH_MAX)
+        snprintf(co->log_path, sizeof co->log_path, "%s/%s.log", dir, co->key) >= PATH_MAX ||
+        snprintf(co->sum_path, sizeof co->sum_path, "%s/%s.sum", dir, co->key) >= PATH_MAX)
         die(EXIT_USAGE, "cache directory path too long: %s", dir);
-    co->data = read_file(co->bin_path, &co->size);
-    co->cached = co->data != NULL;
+    co->cached = cache_read_entry(co) == 1;
     return co->cached;
 }
 
-/* After cache_lookup and, when it missed, a compile into co->bin_path: read
- * the code object, hash it (its identity), and say on stderr where it came
- * from.  Exits 5 if the compile left no code object. */
+/* After cache_lookup and, when it missed, a compile into co->bin_path (and
+ * its checksum): read the code object, check it, hash it (its identity),
+ * and say on stderr where it came from.  Exits 5 if the compile left no
+ * code object that matches its checksum. */
 static void cache_finish(const char *what, struct code_obj *co)
 {
-    if (!co->data) co->data = read_file(co->bin_path, &co->size);
-    if (!co->data) die(EXIT_DEVICE, "compiled %s but cannot read %s", what, co->bin_path);
+    if (!co->data && cache_read_entry(co) != 1)
+        die(EXIT_DEVICE, "compiled %s but %s is missing or does not match its checksum", what, co->bin_path);
     struct sha256 h;
     sha256_init(&h);
     sha256_update(&h, co->data, co->size);
@@ -266,8 +303,11 @@ static void compile_clang(const char *clang, const char *src, const char *name, 
         pid_t pid = compile_fork();
         if (pid == 0) _exit(clang_child(argv, co->log_path));
         co->seconds = compile_wait(pid, what, co);
-        if (rename(out_path, co->bin_path) != 0)
+        size_t size = 0;
+        char *code = read_file(out_path, &size);
+        if (!code || size == 0 || cache_write_sum(co, code, size) != 0 || rename(out_path, co->bin_path) != 0)
             die(EXIT_DEVICE, "%s compiled %s but wrote no %s", clang, name, out_path);
+        free(code);
     }
     free(text);
     cache_finish(what, co);

@@ -428,6 +428,7 @@ static void dev_download(struct device *d, void *dst, uint64_t src, size_t bytes
 {
     if (d->kind == DEV_CPU) { memcpy(dst, (void *)(uintptr_t)src, bytes); return; }
     gpu_check(d, d->rt.stream_sync(d->stream), "running the kernel (stream synchronize)");
+    watch_done();
     gpu_check(d, d->rt.d2h(dst, src, bytes), "copying outputs from the device");
 }
 
@@ -438,10 +439,13 @@ static void dev_fill(struct device *d, uint64_t p, unsigned char byte, size_t by
     else gpu_check(d, d->rt.memset8(p, byte, bytes, d->stream), "filling device memory");
 }
 
+/* Wait for everything queued on the device's stream (the watchdog's
+ * deadline is then cleared). */
 static void dev_sync(struct device *d)
 {
     if (d->kind == DEV_GPU)
         gpu_check(d, d->rt.stream_sync(d->stream), "running the kernel (stream synchronize)");
+    watch_done();
 }
 
 #define MAX_KERNELS 64
@@ -541,6 +545,7 @@ static void gpu_launch_dims(struct device *d, const char *name, const struct lau
     d->launched_atomics |= k->atomics;
     if (!l->grid[0] || !l->grid[1] || !l->grid[2]) return;
     kernel_allow_smem(d, k, l->smem);
+    watch_launch();
     kg_res r = d->rt.launch(k->fn, l->grid[0], l->grid[1], l->grid[2], l->threads, 1, 1, l->smem, d->stream,
                             params, NULL);
     if (r != 0) die(EXIT_DEVICE, "launching %s failed: %s (%d)", name, gpu_err_name(d, r), r);

@@ -593,7 +593,7 @@ static const char *q_unsupported(const struct device *d, const struct kcase *c)
     if (d->pf == PF_CUDA && d->attr[AT_CC_MAJOR] * 10 + d->attr[AT_CC_MINOR] < 89)
         snprintf(why, sizeof why, "%s has no fp8 conversion (NVIDIA: sm_89 and newer)", d->arch_base);
     else if (d->pf == PF_CUDA && c->enc == ENC_FNUZ)
-        snprintf(why, sizeof why, "FNUZ is gfx942's encoding; NVIDIA GPUs convert OCP (--fp8 ocp, or --device cpu)");
+        snprintf(why, sizeof why, "FNUZ is gfx942's encoding; NVIDIA converts OCP (--fp8 ocp)");
     else if (d->pf == PF_HIP && !gfx942 && !gfx950)
         snprintf(why, sizeof why, "%s has no fp8 conversion (gfx942: FNUZ, gfx950: OCP and MX)", d->arch_base);
     else if (gfx942 && c->mx)

@@ -29,6 +29,8 @@ struct opts {
     const char *dump_dir;         /* --dump DIR: inputs, outputs and references for bench/oracle.py */
     int seeds;                    /* all --seeds N: the suite on seeds seed .. seed + N - 1 (0: one) */
     int untimed;                  /* gate only, no timer (--seeds: every seed after the first) */
+    int wide;                     /* --wide: every gate's column, the metrics, geometry and timer lines */
+    double timeout;               /* --timeout S: the watchdog's limit per launch (0: from the case) */
 };
 
 /* Global options: set in `o` and return how many arguments were used (1 or
@@ -93,13 +95,19 @@ static int opts_parse(struct opts *o, int argc, char **argv, int i)
                                               "--rtol", "--atol", "--why", "--inject", "--arch",
                                               "--repeat", "--trades-precision", "--variant", "-D",
                                               "--ledger", "--budget", "--expect", "--rounds", "--dump",
-                                              "--seeds" };
+                                              "--seeds", "--timeout" };
     int takes = 0;
     for (size_t k = 0; k < sizeof with_value / sizeof *with_value; k++)
         if (strcmp(key, with_value[k]) == 0) takes = 1;
     if (takes && !val) die(EXIT_USAGE, "%s needs a value (see kgate --help)", key);
     if (strcmp(key, "--json") == 0) { o->json = 1; return 1; }
     if (strcmp(key, "--full") == 0) { o->full = 1; return 1; }
+    if (strcmp(key, "--wide") == 0) { o->wide = 1; return 1; }
+    if (strcmp(key, "--timeout") == 0) {
+        if (parse_nonneg(val, &o->timeout) != 0 || !(o->timeout > 0) || o->timeout > 86400)
+            die(EXIT_USAGE, "--timeout %.60s: expected seconds, more than 0 and at most 86400", val);
+        return 2;
+    }
     if (strcmp(key, "--device") == 0) {
         uint64_t v;
         if (strcmp(val, "cpu") == 0) o->device_cpu = 1;
@@ -148,7 +156,7 @@ static int opts_parse(struct opts *o, int argc, char **argv, int i)
 }
 
 static const char USAGE[] =
-    "usage: kgate COMMAND [options]\n"
+    "usage: kgate COMMAND [options]      kgate COMMAND --help: that command alone; kgate --version\n"
     "\n"
     "Is a GPU kernel right, and only then, how fast?  Every output is gated against\n"
     "CPU references; a time is printed only for a case that passed every gate.\n"
@@ -226,6 +234,11 @@ static const char USAGE[] =
     "                   row, unwritten, outside, group, mask, race, round; low precision:\n"
     "                   scale, quant, scale-index, precision; the gate meant for it must fail\n"
     "  --trades-precision TEXT  low precision: waive the 3 dB baseline rule, for this reason\n"
+    "  --timeout S      the watchdog: a launch that has not ended after S seconds is hung\n"
+    "                   (default: max(10 s, 100 x the case's time at the device's peak; the\n"
+    "                   CPU candidate's at 1 GFLOP/s)); its case is reported hung, the run goes on\n"
+    "  --wide           the full table: every gate's column, SNRs, rel-l2, the timer's spread,\n"
+    "                   and geometry and timer lines under each timed row\n"
     "  --json           one JSON object per case on stdout (the summary goes to stderr)\n"
     "  --dump DIR       write inputs, outputs and double references as .npy files and a\n"
     "                   manifest (all: DIR/case-NNN) for bench/oracle.py\n"
@@ -242,9 +255,85 @@ static const char USAGE[] =
     "\n"
     "exit: 0 every gate passed (skipped cases: the device lacks their format), 1 a gate failed,\n"
     "      2 bad usage or input, 3 no GPU runtime, 4 budget spent,\n"
-    "      5 device, kernel or compiler error\n"
+    "      5 device, kernel or compiler error (a case that faulted or hung: the run goes on,\n"
+    "        and 5 outranks 1)\n"
     "environment: KGATE_CACHE (code-object cache dir), KGATE_THREADS, KGATE_NVRTC,\n"
     "      KGATE_HIPRTC, KGATE_CUDA, KGATE_HIP (library paths), KGATE_COMPILE_TIMEOUT (s)\n";
+
+/* Print the part of USAGE that starts at the line beginning with `head`
+ * and ends before the first line for which `end` says so; 0 if there is no
+ * such line. */
+static int usage_print_from(const char *head, int (*end)(const char *line))
+{
+    const char *p = USAGE;
+    size_t hn = strlen(head);
+    while (*p && !(strncmp(p, head, hn) == 0)) p = strchr(p, '\n') ? strchr(p, '\n') + 1 : p + strlen(p);
+    if (!*p) return 0;
+    do {
+        size_t n = strcspn(p, "\n");
+        printf("%.*s\n", (int)n, p);
+        p += n + (p[n] == '\n');
+    } while (*p && !end(p));
+    return 1;
+}
+
+/* Where a command's entry under "commands:" ends: the next command (two
+ * spaces and a name) or a blank line. */
+static int usage_end_command(const char *line)
+{
+    return *line == '\n' || (line[0] == ' ' && line[1] == ' ' && line[2] != ' ');
+}
+
+/* Where a section of options ends: a blank line. */
+static int usage_end_section(const char *line) { return *line == '\n'; }
+
+/* kgate COMMAND --help: COMMAND's entry of USAGE and the option sections
+ * it takes, then the exit codes.  Exit 0, or 2 for an unknown command. */
+static int opts_command_help(const char *cmd)
+{
+    static const struct { const char *cmd, *sections[4]; } TAKES[] = {
+        { "all", { "run options:", "porting" } },
+        { "gemm", { "case options:", "low precision", "run options:", "porting" } },
+        { "grouped", { "case options:", "low precision", "run options:", "porting" } },
+        { "attn", { "case options:", "run options:", "porting" } },
+        { "compare", { "case options:", "low precision", "run options:", "porting" } },
+        { "noise", { "case options:", "low precision", "run options:", "porting" } },
+        { "ledger", { "porting" } }, { "devices", { NULL } }, { "selftest", { "run options:" } },
+        { "isa", { NULL } }, { "codec", { NULL } },
+    };
+    char head[32];
+    for (size_t i = 0; i < sizeof TAKES / sizeof *TAKES; i++) {
+        if (strcmp(cmd, TAKES[i].cmd) != 0) continue;
+        printf("usage: kgate %s [options]\n\n", cmd);
+        snprintf(head, sizeof head, "  %s ", cmd);
+        usage_print_from(head, usage_end_command);
+        for (int s = 0; s < 4 && TAKES[i].sections[s]; s++) {
+            printf("\n");
+            usage_print_from(TAKES[i].sections[s], usage_end_section);
+        }
+        printf("\n");
+        usage_print_from("exit:", usage_end_section);
+        return EXIT_PASS;
+    }
+    die(EXIT_USAGE, "%.60s --help: unknown command (kgate --help lists them)", cmd);
+}
+
+/* kgate --version: the version, the embedded kernels.hip's sha256 and the
+ * compiler that built kgate. */
+static int opts_version(void)
+{
+    char sha[65];
+    sha256_text(kg_embedded_src, strlen(kg_embedded_src), sha);
+#if defined(__clang__)
+    const char *cc = "clang " __clang_version__;
+#elif defined(__GNUC__)
+    const char *cc = "gcc " __VERSION__;
+#else
+    const char *cc = "an unknown C compiler";
+#endif
+    printf("kgate %s (embedded kernels.hip %.12s; built with %s)\n", KGATE_VERSION, sha, cc);
+    return EXIT_PASS;
+}
 
 /* Open the device the options name: the CPU, or GPU N (each arm builds
  * and loads its own kernels). */

@@ -4,7 +4,7 @@
  * lowprec.c. */
 
 /* Tallies of a whole command, for the last line and the exit code. */
-struct tally { int cases, cases_failed, cases_skipped, outputs, outputs_failed, isa_failed; };
+struct tally { int cases, cases_failed, cases_skipped, outputs, outputs_failed, isa_failed, faulted, hung; };
 
 /* Output o's rate from its timed median: TFLOP/s and % of the device's
  * peak (pct_peak < 0: not known). */
@@ -46,14 +46,85 @@ static void print_machine(FILE *f, const struct device *d)
         fprintf(f, "  %-12s not known for %s: %% of peak is not printed\n", "peak:", d->arch_base);
 }
 
-static int LABEL_W = 40;   /* the case column: the longest label of the command's cases */
+/* The case column: the longest label of the command's cases, at most
+ * LABEL_MAX (a longer label gets a line of its own above its row), so that
+ * the default table fits 120 columns. */
+#define LABEL_MAX 56
+static int LABEL_W = 40;
 
-static void print_header(void)
+/* Start a row: the case's label in the case column.  A label wider than
+ * the column is printed whole on a line of its own, and the row starts
+ * below it under an empty case cell, so no column moves. */
+static void print_label(const char *label)
+{
+    if ((int)strlen(label) > LABEL_W) printf("%s\n%-*s", label, LABEL_W, "");
+    else printf("%-*s", LABEL_W, label);
+}
+
+/* The table's width, which rows of notes (skip, fault, hung, cached) keep to. */
+#define TABLE_COLS 120
+
+/* A row that carries a note instead of gates: label, output, verdict and
+ * the note, cut with "..." where it would pass TABLE_COLS (its full text
+ * is in --json, and for a lost case in the summary). */
+static void print_note(const char *label, const char *out, const char *verdict, const char *note)
+{
+    int room = TABLE_COLS - LABEL_W - 14, n = (int)strlen(note);
+    print_label(label);
+    if (n <= room) printf(" %-3s %-7s %s\n", out, verdict, note);
+    else printf(" %-3s %-7s %.*s...\n", out, verdict, room > 3 ? room - 3 : 0, note);
+}
+
+/* The column heads: the default table (verdict, the binding gate, the
+ * time) or, with --wide, every gate's column, the metrics and the timer's
+ * spread. */
+static void print_header(const struct opts *o)
 {
     printf("%-*s %-3s %-7s", LABEL_W, "case", "out", "verdict");
+    if (!o->wide) {
+        printf(" %-20s %10s %9s %6s\n", "binding gate (use)", "median-us", "TFLOP/s", "%peak");
+        return;
+    }
     for (size_t g = 0; g < N_GATES; g++) printf(" %9s", GATES[g].column);
     printf(" %7s %7s %8s %10s %10s %10s %4s %9s %6s\n", "snr-dB", "unq-dB", "rel-l2", "median-us", "min-us",
            "max-us", "n", "TFLOP/s", "%peak");
+}
+
+/* How much of its limit gate g's verdict v uses: 1 is at the limit, above
+ * 1 fails.  Ratios: value / limit; counts: count / allowed (a count that
+ * must be zero: 0, or infinite when it is not); decibels (at least the
+ * limit): the error power over the power the limit allows; nontrivial
+ * (a measure over the need): need / measure.  NaN when not gated. */
+static double gate_use(size_t g, const struct verdict *v)
+{
+    if (isnan(v->value)) return NAN;
+    switch (GATES[g].show) {
+    case SHOW_RATIO: return v->limit > 0 ? v->value / v->limit : v->value > 0 ? INFINITY : 0;
+    case SHOW_COUNT:
+        if (v->pass) return v->limit > 0 && g != (size_t)gate_index("nan-inf") ? v->value / v->limit : 0;
+        return v->limit > 0 ? fmax(v->value / v->limit, 1.01) : INFINITY;
+    case SHOW_DB: return isinf(v->value) ? (v->value > 0 ? 0 : INFINITY) : pow(10, (v->limit - v->value) / 10);
+    case SHOW_VALUE: return v->value > 0 ? 1 / v->value : INFINITY;
+    }
+    return NAN;
+}
+
+/* The binding gate of an output, the one nearest its limit (gate_use), as
+ * "name use" in buf. */
+static void format_binding(char *buf, size_t n, const struct result *x)
+{
+    double worst = -1;
+    size_t at = 0;
+    for (size_t g = 0; g < N_GATES; g++) {
+        double u = gate_use(g, &x->v[g]);
+        if (!isnan(u) && u > worst) worst = u, at = g;
+    }
+    char use[16];
+    if (worst < 0) snprintf(use, sizeof use, "-");
+    else if (isinf(worst)) snprintf(use, sizeof use, "inf");
+    else if (worst >= 99.5) snprintf(use, sizeof use, ">99");
+    else snprintf(use, sizeof use, "%.2f", worst);
+    snprintf(buf, n, "%-14s %5s", worst < 0 ? "-" : GATES[at].name, use);
 }
 
 /* A gate's value as its column shows it; '!' marks a failed gate. */
@@ -153,26 +224,38 @@ static void print_row(const struct run *r, int o, const struct result *res)
 {
     const struct output *p = &r->out[o];
     const struct result *x = &res[o];
-    printf("%-*s %-3s %-7s", LABEL_W, r->c->label, p->name, x->pass ? "pass" : "FAIL");
-    for (size_t g = 0; g < N_GATES; g++) {
-        char buf[32];
-        format_gate(buf, sizeof buf, g, &x->v[g]);
-        printf(" %9s", buf);
+    int wide = r->o->wide;
+    print_label(r->c->label);
+    printf(" %-3s %-7s", p->name, x->pass ? "pass" : "FAIL");
+    if (wide) {
+        for (size_t g = 0; g < N_GATES; g++) {
+            char buf[32];
+            format_gate(buf, sizeof buf, g, &x->v[g]);
+            printf(" %9s", buf);
+        }
+        printf(" %7.1f", x->s.snr_db);
+        if (isnan(x->s.hp_snr_db)) printf(" %7s", "-"); else printf(" %7.1f", x->s.hp_snr_db);
+        printf(" %8.2e", x->s.rel_l2);
+    } else {
+        char bind[40];
+        format_binding(bind, sizeof bind, x);
+        printf(" %-20s", bind);
     }
-    printf(" %7.1f", x->s.snr_db);
-    if (isnan(x->s.hp_snr_db)) printf(" %7s", "-"); else printf(" %7.1f", x->s.hp_snr_db);
-    printf(" %8.2e", x->s.rel_l2);
     if (p->launch != o && res[p->launch].timed) {
         char with[32];
         snprintf(with, sizeof with, "with %s", r->out[p->launch].name);
-        printf(" %10s %10s %10s %4s %9s %6s\n", with, "-", "-", "-", "-", "-");
+        if (wide) printf(" %10s %10s %10s %4s %9s %6s\n", with, "-", "-", "-", "-", "-");
+        else printf(" %10s %9s %6s\n", with, "-", "-");
     } else if (x->timed) {
-        printf(" %10.1f %10.1f %10.1f %4d %9.2f", x->t.median_us, x->t.min_us, x->t.max_us, x->t.n, x->tflops);
+        if (wide) printf(" %10.1f %10.1f %10.1f %4d %9.2f", x->t.median_us, x->t.min_us, x->t.max_us, x->t.n, x->tflops);
+        else printf(" %10.1f %9.2f", x->t.median_us, x->tflops);
         if (x->pct_peak >= 0) printf(" %6.1f\n", x->pct_peak); else printf(" %6s\n", "-");
-    } else {
+    } else if (wide) {
         printf(" %10s %10s %10s %4s %9s %6s\n", "-", "-", "-", "-", "-", "-");
+    } else {
+        printf(" %10s %9s %6s\n", "-", "-", "-");
     }
-    if (x->timed) print_geometry(r, o);
+    if (x->timed && wide) print_geometry(r, o);
     for (size_t g = 0; g < N_GATES; g++)
         if (!x->v[g].pass)
             printf("    FAIL %s (%s): %s\n", GATES[g].name, x->failed_when, x->v[g].detail);
@@ -438,14 +521,16 @@ static void report_arms(struct run *r, struct arm_case *ac, int narms, const str
             printf("arm %s: %s%s%s, code object %.12s%s\n", ac[a].arm->name, ac[a].arm->src_name,
                    *ac[a].arm->options ? " " : "", ac[a].arm->options, ac[a].arm->code.sha,
                    ac[a].arm->diagnostic ? " (diagnostic: not deliverable)" : "");
-        if (ac[a].cached)
-            printf("%-*s %-3s %-7s gates' verdict reused from ledger line %ld (same code object, case, seed, device "
-                   "and conditions)%s\n", LABEL_W, r->c->label, "-", ac[a].gated || ac[a].gates_pass ? "cached" : "FAIL", ac[a].cached,
-                   ac[a].gated ? "; gated again after timing:" : "");
+        if (ac[a].cached) {
+            char note[160];
+            snprintf(note, sizeof note, "verdict of ledger line %ld (same code object and conditions)%s", ac[a].cached,
+                     ac[a].gated ? "; gated again:" : "");
+            print_note(r->c->label, "-", ac[a].gated || ac[a].gates_pass ? "cached" : "FAIL", note);
+        }
         for (int k = 0; k < r->nout; k++) {
             if (ac[a].gated) print_row(r, k, ac[a].res);
-            else if (ac[a].res[k].timed) print_geometry(r, k);
-            if (ac[a].res[k].timed) print_timer(r->d, &ac[a].res[k].t);
+            else if (ac[a].res[k].timed && o->wide) print_geometry(r, k);
+            if (ac[a].res[k].timed && (o->wide || !ac[a].gated)) print_timer(r->d, &ac[a].res[k].t);
         }
         if (ac[a].isa_checked)
             printf("    %s isa: expect %s: %s\n", ac[a].isa_pass ? "pass" : "FAIL", o->expect, ac[a].isa_why);
@@ -472,9 +557,36 @@ static void report_skip(const struct kcase *c, const struct opts *o, const char 
         json_str(stdout, "reason", why, 0);
         printf("}\n");
     } else {
-        printf("%-*s %-3s %-7s %s\n", LABEL_W, c->label, "-", "skip", why);
+        print_note(c->label, "-", "skip", why);
     }
     fflush(stdout);
+}
+
+/* Report a case whose worker died (worker.c): a row (or a JSON line) with
+ * the verdict fault or hung and the error in words. */
+static void report_lost(const struct kcase *c, const struct opts *o, const struct lost *l)
+{
+    const char *label = *l->label ? l->label : c->label;
+    fflush(stdout);
+    if (o->json) {
+        printf("{");
+        json_str(stdout, "case", label, 1);
+        json_str(stdout, "where", c->where, 1);
+        json_str(stdout, "verdict", LOST_NAME[l->how], 1);
+        json_str(stdout, "error", l->why, 0);
+        printf("}\n");
+    } else {
+        print_note(label, "-", LOST_NAME[l->how], l->why);
+    }
+    fflush(stdout);
+}
+
+/* Count a case whose worker died in tally tl: a failed case, faulted or hung. */
+static void tally_lost(struct tally *tl, enum lost_how how)
+{
+    tl->cases++, tl->cases_failed++;
+    if (how == LOST_HUNG) tl->hung++;
+    else tl->faulted++;
 }
 
 /* The run's departures from the defaults: tolerances (with --why) and a
@@ -504,13 +616,20 @@ static void print_run_header(FILE *f, const struct device *d, const struct opts 
             o->repeat > 1 ? " (outputs bitwise equal, or gated when a kernel declares atomics)" : "");
 }
 
+/* Size the label column for the cases: their longest label, at most
+ * LABEL_MAX. */
+static void report_width(const struct kcase *cases, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if ((int)strlen(cases[i].label) > LABEL_W) LABEL_W = (int)strlen(cases[i].label);
+    if (LABEL_W > LABEL_MAX) LABEL_W = LABEL_MAX;
+}
+
 /* Resolve the cases' encodings for the device and size the label column. */
 static void report_cases(struct kcase *cases, size_t n, const struct device *d)
 {
-    for (size_t i = 0; i < n; i++) {
-        q_resolve(&cases[i], d);
-        if ((int)strlen(cases[i].label) > LABEL_W) LABEL_W = (int)strlen(cases[i].label);
-    }
+    for (size_t i = 0; i < n; i++) q_resolve(&cases[i], d);
+    report_width(cases, n);
 }
 
 /* Resolve the cases for the device and print what comes before the rows:
@@ -523,32 +642,46 @@ static FILE *report_start(const struct device *d, const struct opts *o, struct k
     report_cases(cases, n, d);
     if (!o->json) {
         print_why(o);
-        print_header();
+        print_header(o);
     }
     return summary;
 }
 
-/* The last line of a command: cases and outputs, passed, failed, skipped. */
-static void report_tally(FILE *f, const struct tally *tl)
+/* The end of a command: a line per case that faulted or hung (lost[0..nlost),
+ * with where it was given and the error), then the last line: cases (those
+ * that faulted or hung: their outputs are not counted, none was read),
+ * outputs passed and failed, skipped, and the wall time since the command
+ * started. */
+static void report_tally(FILE *f, const struct tally *tl, const struct lost *lost, int nlost, double wall_s)
 {
-    fprintf(f, "\nkgate: %d case%s, %d output%s: %d passed, %d failed", tl->cases, tl->cases == 1 ? "" : "s",
-            tl->outputs, tl->outputs == 1 ? "" : "s", tl->outputs - tl->outputs_failed, tl->outputs_failed);
+    fputc('\n', f);
+    for (int i = 0; i < nlost; i++)
+        fprintf(f, "kgate: %s: %s (%s): %s\n", LOST_NAME[lost[i].how], lost[i].label, lost[i].where, lost[i].why);
+    fprintf(f, "kgate: %d case%s", tl->cases, tl->cases == 1 ? "" : "s");
+    if (tl->faulted || tl->hung) {
+        fprintf(f, " (");
+        if (tl->faulted) fprintf(f, "%d faulted%s", tl->faulted, tl->hung ? ", " : "");
+        if (tl->hung) fprintf(f, "%d hung", tl->hung);
+        fprintf(f, ")");
+    }
+    fprintf(f, ", %d output%s: %d passed, %d failed", tl->outputs, tl->outputs == 1 ? "" : "s",
+            tl->outputs - tl->outputs_failed, tl->outputs_failed);
     if (tl->cases_skipped) fprintf(f, "; %d case%s skipped", tl->cases_skipped, tl->cases_skipped == 1 ? "" : "s");
     if (tl->isa_failed) fprintf(f, "; %d case%s failed --expect", tl->isa_failed, tl->isa_failed == 1 ? "" : "s");
-    fputc('\n', f);
+    fprintf(f, "; %.1f s\n", wall_s);
 }
 
 /* The --seeds summary: per case, on how many of the n seeds it passed and
  * the first seed it failed on; returns the cases that failed on some seed. */
 static size_t report_seeds(const struct kcase *cases, size_t n, const struct opts *o, const int *passed,
-                           const uint64_t *first_fail, const struct device *d)
+                           const uint64_t *first_fail, const int *skip_case)
 {
     size_t bad = 0, skipped = 0;
+    report_width(cases, n);
     printf("\nseeds %" PRIu64 "..%" PRIu64 ": cases passed on every seed, or on how many\n", o->seed,
            o->seed + (uint64_t)o->seeds - 1);
     for (size_t i = 0; i < n; i++) {
-        const char *skip = q_unsupported(d, &cases[i]);
-        if (skip) { printf("  %-*s skip (%s)\n", LABEL_W, cases[i].label, skip); skipped++; continue; }
+        if (skip_case[i]) { printf("  %-*s skip (the device lacks its format)\n", LABEL_W, cases[i].label); skipped++; continue; }
         bad += passed[i] < o->seeds;
         if (passed[i] == o->seeds) printf("  %-*s %d/%d\n", LABEL_W, cases[i].label, passed[i], o->seeds);
         else printf("  %-*s %d/%d FAIL (first on seed %" PRIu64 ")\n", LABEL_W, cases[i].label, passed[i], o->seeds,

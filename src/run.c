@@ -309,12 +309,33 @@ static void run_poison(struct run *r, int o)
     }
 }
 
+/* Tests of the worker and the watchdog: $KGATE_TEST_CPU_FAULT is
+ * "KIND=TEXT[;KIND=TEXT...]"; the CPU candidate of a case whose label
+ * contains TEXT then dies of SIGSEGV (segv), fails as a device would (error:
+ * exit 5 with a message), or never ends (spin). */
+static void run_test_fault(const struct run *r)
+{
+    const char *spec = getenv("KGATE_TEST_CPU_FAULT");
+    char item[200];
+    for (const char *p = spec; p && *p; p += strcspn(p, ";"), p += *p == ';') {
+        snprintf(item, sizeof item, "%.*s", (int)strcspn(p, ";"), p);
+        char *text = strchr(item, '=');
+        if (!text || !strstr(r->c->label, text + 1)) continue;
+        *text = 0;
+        if (strcmp(item, "segv") == 0) raise(SIGSEGV);
+        if (strcmp(item, "error") == 0) die(EXIT_DEVICE, "running the kernel failed: KGATE_TEST_CPU_FAULT error (a test)");
+        if (strcmp(item, "spin") == 0) for (;;) pause();
+    }
+}
+
 /* Launch o (an owner), with gpu_launch noting each kernel it runs in
- * r->geom[o] (replacing the previous launch's notes); the CPU notes none. */
+ * r->geom[o] (replacing the previous launch's notes); the CPU notes none,
+ * and runs the candidate now, under the watchdog. */
 static void run_launch(struct run *r, int o)
 {
     r->geom[o].n = 0;
     r->d->geom = &r->geom[o];
+    if (r->d->kind == DEV_CPU) watch_launch(), run_test_fault(r);   /* the CPU candidate runs now, inside launch */
     r->c->op->launch(r, o);
     r->d->geom = NULL;
 }

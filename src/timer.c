@@ -74,7 +74,9 @@ static double time_one(struct run *r, int o, unsigned char flush_byte, void *pro
     run_poison(r, o);
     if (d->kind == DEV_CPU) {
         double t0 = now_s();
+        watch_launch();
         r->c->op->launch(r, o);
+        watch_done();
         return (now_s() - t0) * 1e3;
     }
     float ms = 0;
@@ -87,6 +89,7 @@ static double time_one(struct run *r, int o, unsigned char flush_byte, void *pro
         gpu_check(d, d->rt.launch(probe, 1, 1, 1, 32, 1, 1, 0, d->stream, params, NULL), "launching kg_clock");
     }
     gpu_check(d, d->rt.event_sync(d->ev[1]), "running the kernel (timer event)");
+    watch_done();
     gpu_check(d, d->rt.event_elapsed(&ms, d->ev[0], d->ev[1]), "reading a timer event");
     return ms;
 }

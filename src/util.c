@@ -3,12 +3,36 @@
  * atomic writes, strict number parsers, JSON writers, and child processes.
  * Relies on the C library only (and kgate.c's exit codes). */
 
-/* Print "kgate: <message>" on stderr and exit with `code`. */
+/* What a worker process (worker.c) shares with the process that watches
+ * it, in a MAP_SHARED page: the task it is on, the deadline of its
+ * outstanding launches (the watchdog), and its last die() line, so that the
+ * watcher can name the error of a case that ended the worker.  NULL outside
+ * a worker. */
+struct watch {
+    _Atomic int ready;            /* the worker opened its device and built its arms */
+    _Atomic int current;          /* the task it is on; -1 between tasks */
+    _Atomic long long deadline_ms; /* CLOCK_MONOTONIC ms by which its launches must end; 0: none outstanding */
+    double limit_s;               /* the current task's per-launch limit (the worker's own copy) */
+    double started;               /* when the worker was forked (now_s) */
+    int first;                    /* the first task it runs (> 0: it replaces a lost worker) */
+    char label[160];              /* the current task's case */
+    char msg[480];                /* its last die() message */
+};
+static struct watch *g_watch;
+
+/* Print "kgate: <message>" on stderr and exit with `code` (in a worker, the
+ * message is also left for its watcher). */
 static _Noreturn void die(int code, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
     fflush(stdout);   /* what was already reported comes before the error */
+    if (g_watch) {
+        va_list copy;
+        va_copy(copy, ap);
+        vsnprintf(g_watch->msg, sizeof g_watch->msg, fmt, copy);
+        va_end(copy);
+    }
     fputs("kgate: ", stderr);
     vfprintf(stderr, fmt, ap);
     fputc('\n', stderr);
@@ -35,6 +59,21 @@ static double now_s(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* The watchdog, in a worker: a launch is about to be queued (or, on the CPU
+ * device, to run); its work must end within the task's limit.  Each launch
+ * moves the deadline on; watch_done() clears it once the work has ended. */
+static void watch_launch(void)
+{
+    if (g_watch && g_watch->limit_s > 0)
+        atomic_store(&g_watch->deadline_ms, (long long)((now_s() + g_watch->limit_s) * 1e3));
+}
+
+/* The watchdog: every launch queued so far has ended (a synchronize returned). */
+static void watch_done(void)
+{
+    if (g_watch) atomic_store(&g_watch->deadline_ms, 0);
 }
 
 /* splitmix64: seeds and hashes small integers into well-mixed 64-bit words. */
@@ -273,6 +312,21 @@ static void list_add(char *buf, size_t n, const char *name)
         snprintf(buf + n - 4, 4, "...");
 }
 
+/* Fork a child that dies with its parent (SIGKILL when the parent exits,
+ * even by a signal: no compiler or worker outlives kgate to write a cache
+ * entry or use a device after it).  fork()'s return value. */
+static pid_t fork_tied(void)
+{
+    pid_t parent = getpid();
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        if (getppid() != parent) _exit(127);   /* the parent is already gone */
+    }
+    return pid;
+}
+
 /* In a child process: exec argv (argv[0] a path, no shell) with its stdout
  * and stderr on fd.  Returns only if it cannot (errno set). */
 static void exec_into(int fd, const char *const *argv)
@@ -289,8 +343,7 @@ static FILE *tool_open(const char *const *argv, pid_t *pid)
 {
     int fd[2];
     if (pipe(fd) != 0) return NULL;
-    fflush(NULL);
-    if ((*pid = fork()) < 0) {
+    if ((*pid = fork_tied()) < 0) {
         close(fd[0]), close(fd[1]);
         return NULL;
     }
