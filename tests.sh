@@ -262,7 +262,7 @@ for shape in 300x260x70 1500x1300x1200; do
             expect 1 "--inject $kind, $dt $shape" $K gemm --device cpu --dtype $dt --shape $shape \
                 --inject $kind
             has "$tmp/out" "FAIL $gate \(check\)" "--inject $kind, $dt $shape: '$gate' names the fault"
-            if grep -E "^gemm " "$tmp/out" | grep -vqE " FAIL .* - +- +- +- +- +-$"; then
+            if grep -E "^gemm " "$tmp/out" | grep -vqE " FAIL .* - +- +-$"; then
                 bad "--inject $kind, $dt $shape: a row passed or printed a time"
             fi
         done
@@ -288,7 +288,7 @@ inject_op() {
     [ "$kind" = race ] && extra="--repeat 2"
     expect 1 "--inject $kind, $desc" $K "$@" --device cpu --inject $kind $extra
     has "$tmp/out" "FAIL $gate \(check\)" "--inject $kind, $desc: '$gate' names the fault"
-    if grep -E "^(grouped|attn) " "$tmp/out" | grep -E " FAIL " | grep -qvE " - +- +- +- +- +-$"; then
+    if grep -E "^(grouped|attn) " "$tmp/out" | grep -E " FAIL " | grep -qvE " - +- +-$"; then
         bad "--inject $kind, $desc: a failed row printed a time"
     fi
 }
@@ -369,7 +369,7 @@ expect 0 "clean sampled bf16 1500x1300x1200" $K gemm --device cpu --shape 1500x1
 has "$tmp/err" "tile-covering sample" "a large case is checked by the tile-covering sample"
 expect 0 "clean --full bf16 1500x1300x1200" $K gemm --device cpu --shape 1500x1300x1200 --full
 has "$tmp/err" "references on 1950000 of 1950000 elements \(all\)" "--full checks every element"
-has "$tmp/out" "^gemm bf16 NT 1500x1300x1200 +C +pass .* [0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9]+ +[0-9.]+ +-$" \
+has "$tmp/out" "^gemm bf16 NT 1500x1300x1200 +C +pass +[a-z-]+ +[0-9.]+ +[0-9.]+ +[0-9.]+ +-$" \
     "a passed case prints its time"
 for dt in f32 f16 bf16; do
     for lay in NN NT; do
@@ -392,7 +392,7 @@ for dt in f16 bf16; do
 done
 expect 0 "clean sampled attn" $K attn --device cpu --dtype bf16 --seqlens 3000,700:900 --heads 8:2 --dim 64 --causal
 has "$tmp/err" "O: references on .* \(tile-covering sample\)" "a large attention output is checked on a sample"
-expect 0 "attn --repeat 3" $K attn --device cpu --seq 113:203 --heads 4:2 --dim 64 --causal --bwd --repeat 3
+expect 0 "attn --repeat 3" $K attn --device cpu --seq 113:203 --heads 4:2 --dim 64 --causal --bwd --repeat 3 --wide
 has "$tmp/out" "repeat: +3 runs per case" "the repeat count is printed"
 n=$(grep -cE "^attn .* pass( .*)? 3 " "$tmp/out")
 [ "$n" -eq 5 ] && ok "every attention output shows 3 bitwise-equal runs" || bad "--repeat 3: $n of 5 rows show 3 runs"
@@ -656,6 +656,39 @@ if ldconfig -p 2>/dev/null | grep -q libnvrtc || [ -e /usr/local/cuda/lib64/libn
     [ $rc -eq 5 ] && ok "a kernel that does not compile: exit 5" || bad "bad kernel: exit $rc"
     has "$tmp/err" "undefined_name" "the compile log is shown"
     has "$tmp/err" "does not compile" "one clear line says the source does not compile"
+    # A cache entry is checked before use (size and sha256 against its .sum): a truncated or altered
+    # one is compiled again, never trusted.
+    printf 'extern "C" __global__ void kg_x(float *x) { x[0] = 1.0f; }\n' >"$tmp/tiny.hip"
+    CC4="$tmp/c4"
+    KGATE_CACHE="$CC4" run $K isa --arch sm_90a --kernels "$tmp/tiny.hip"
+    has "$tmp/err" "compiled in .* code object ([0-9a-f]{12})" "a small source compiles into the cache"
+    sha=$(sed -n 's/.*code object \([0-9a-f]\{12\}\).*/\1/p' "$tmp/err" | head -1)
+    bin=$(ls "$CC4"/*.bin | head -1)
+    [ -s "${bin%.bin}.sum" ] && ok "the entry has its checksum beside it" || bad "no .sum beside $bin"
+    : >"$bin"
+    KGATE_CACHE="$CC4" run $K isa --arch sm_90a --kernels "$tmp/tiny.hip"
+    has "$tmp/err" "cache entry .* is damaged \(empty\): compiling again" "an empty entry is named damaged"
+    grep -q "e3b0c44298fc" "$tmp/err" && bad "an empty code object was used" || ok "an empty entry is not used"
+    has "$tmp/err" "compiled in .* code object $sha" "... and compiled again to the same code object"
+    printf 'X' | dd of="$bin" bs=1 seek=100 conv=notrunc status=none
+    KGATE_CACHE="$CC4" run $K isa --arch sm_90a --kernels "$tmp/tiny.hip"
+    has "$tmp/err" "is damaged \(contents differ from its checksum\)" "an altered entry is named damaged and compiled again"
+    head -c 200 "$bin" >"$bin.t" && mv "$bin.t" "$bin"
+    KGATE_CACHE="$CC4" run $K isa --arch sm_90a --kernels "$tmp/tiny.hip"
+    has "$tmp/err" "is damaged \(size differs from its checksum's\)" "a truncated entry is named damaged and compiled again"
+    KGATE_CACHE="$CC4" run $K isa --arch sm_90a --kernels "$tmp/tiny.hip"
+    has "$tmp/err" "cached code object $sha" "the entry compiled again is used from the cache"
+    # The compiler's process dies with kgate: SIGINT to kgate alone leaves no compiler running.
+    cp "$tmp/tiny.hip" "$tmp/tie-$$.hip"
+    KGATE_CACHE="$tmp/c5" KGATE_TEST_COMPILER=hang $K isa --arch sm_90a --kernels "$tmp/tie-$$.hip" >/dev/null 2>&1 &
+    kpid=$!
+    sleep 1
+    kill -INT $kpid
+    wait $kpid 2>/dev/null
+    sleep 0.5
+    if pgrep -f "tie-$$.hip" >/dev/null; then
+        bad "the compiler's process outlived kgate"; pkill -9 -f "tie-$$.hip"
+    else ok "SIGINT to kgate alone: its compiler's process is gone too"; fi
 else
     echo "skip: no libnvrtc on this machine"
 fi
@@ -974,18 +1007,18 @@ L="$tmp/port.ledger"
 G="gemm --device cpu --shape 48x40x56 --ledger $L"
 # lines FILE : the number of lines of FILE (0 if absent)
 lines() { [ -f "$1" ] && wc -l <"$1" || echo 0; }
-expect 0 "compare v1 (-D GEMM_BM=32): gated, timed with an A/A copy" $K compare $G --variant v1 -D GEMM_BM=32 --rounds 4
+expect 0 "compare v1 (-D GEMM_BM=32): gated, timed with an A/A copy" $K compare $G --variant v1 -D GEMM_BM=32 --rounds 4 --wide
 has "$tmp/out" "^arm v1: kernels.hip \(embedded\) -DGEMM_BM=32, code object [0-9a-f]{12}" "compare names the candidate arm and its code object"
 has "$tmp/out" "^A/A: reference copy / reference time [0-9.]+ \([0-9.]+ - [0-9.]+ over 4 rounds\): band \+-[0-9.]+%" "compare measures the A/A band when the ledger has none"
 has "$tmp/out" "^compare: v1 / reference time [0-9.]+ \([0-9.]+ - [0-9.]+ over 4 rounds\), band \+-[0-9.]+% \(measured now\): (faster|parity|slower)$" "compare prints the ratio, its spread, the band and a verdict"
-has "$tmp/out" "^    timer: median [0-9.]+ us \(IQR [0-9.]+-[0-9.]+, min [0-9.]+\), n [0-9]+, median RSE [0-9.]+%" "every timed row has the timer's line"
+has "$tmp/out" "^    timer: median [0-9.]+ us \(IQR [0-9.]+-[0-9.]+, min [0-9.]+\), n [0-9]+, median RSE [0-9.]+%" "--wide: every timed row has the timer's line"
 [ "$(lines "$L")" -eq 3 ] && ok "one ledger line per measured arm (reference, candidate, A/A copy)" || bad "ledger has $(lines "$L") lines, want 3"
 has "$L" '"role":"candidate".*"defines":"-DGEMM_BM=32".*"code_sha256":"[0-9a-f]{64}".*"verdict":"pass".*"ratio":[0-9.]+.*"band":[0-9.]+.*"budget_used":1,"budget":3,.*"gates":\{"allclose":\{"pass":true,"value":' "the candidate's line: defines, sha256, verdict, ratio, band, budget count, every gate value"
 has "$L" '"role":"reference".*"aa_ratio":[0-9.]+' "the reference's line holds the A/A ratio"
 ls "$L.objects/"*.txt >/dev/null 2>&1 && has "$(ls "$L.objects/"*.txt | head -1)" "^options: " "compile options and log kept beside the ledger" || bad "no $L.objects/*.txt"
 expect 0 "compare v2 reuses the band from the ledger" $K compare $G --variant v2 -D GEMM_BM=48 --rounds 3
 has "$tmp/out" "band \+-[0-9.]+% \(ledger line 1\)" "the second compare reuses the band of ledger line 1"
-has "$tmp/out" "^gemm bf16 NT 48x40x56 +- +cached +gates' verdict reused from ledger line 1" "the reference's verdict is reused (cached) when its code object is unchanged"
+has "$tmp/out" "^gemm bf16 NT 48x40x56 +- +cached +verdict of ledger line 1 " "the reference's verdict is reused (cached) when its code object is unchanged"
 expect 0 "compare v3 (diagnostic)" $K compare $G --variant v3 -D GEMM_BM=80 --diagnostic --rounds 2
 has "$tmp/out" "diagnostic: not deliverable" "a diagnostic variant is marked not deliverable"
 has "$L" '"arm":"v3".*"deliverable":false' "the ledger marks the diagnostic variant"
@@ -995,7 +1028,7 @@ has "$tmp/err" "budget spent: 3 of 3 candidate code objects are measured in .*'v
 has "$tmp/err" "of the reference's time, (faster by|at parity|slower: a remaining gap of)" "the refusal says the checkpoint's standing and gap"
 n0=$(lines "$L")
 expect 0 "a re-run of a measured code object costs nothing" $K compare $G --variant v2-again -D GEMM_BM=48 --rounds 2
-has "$tmp/out" "^gemm bf16 NT 48x40x56 +- +cached +gates' verdict reused from ledger line [0-9]+" "the re-run reuses the candidate's verdict (cached)"
+has "$tmp/out" "^gemm bf16 NT 48x40x56 +- +cached +verdict of ledger line [0-9]+ " "the re-run reuses the candidate's verdict (cached)"
 tail -1 "$L" | grep -q '"arm":"v2-again".*"verdict":"cached"' && ok "the ledger says cached" || bad "last line: $(tail -1 "$L" | head -c 300)"
 expect 0 "--budget 4 admits the fourth" $K compare $G --variant v4 -D GEMM_BM=96 --rounds 2 --budget 4
 expect 0 "a new seed re-runs the gates" $K compare $G --variant v1 -D GEMM_BM=32 --rounds 2 --seed 7
@@ -1107,6 +1140,81 @@ expect 0 "noise: the A/A band" $K noise gemm --device cpu --shape 32x32x32 --rou
 has "$tmp/out" '^\{"case":"gemm bf16 NT 32x32x32","rounds":3,"aa_ratio":[0-9.]+,"aa_lo":[0-9.]+,"aa_hi":[0-9.]+,"band":[0-9.]+' "noise --json: the A/A ratio, spread and band"
 has "$tmp/out" '"median_rse":[0-9.e-]+,"throttled":0,"sm_clock_mhz":null' "--json time: RSE of the median, throttled count, SM clock (none on the CPU)"
 
+echo "== reliability: a case that faults or hangs is one failed case; the table; help"
+# The CPU candidate made to fault (SIGSEGV), fail as a device does (exit 5 with its error) or spin
+# (KGATE_TEST_CPU_FAULT, README "Test hooks"): each costs its case alone, the rest run and pass.
+cat >"$tmp/rel.txt" <<'EOF2'
+gemm --dtype f32 --shape 33x17x9
+grouped --groups 0,5,33 --shape 24x16
+gemm --shape 40x24x56 --bwd
+attn --seq 20:30 --heads 2:1 --dim 16 --causal
+gemm --dtype f16 --layout TN --shape 31x7x5
+EOF2
+KGATE_TEST_CPU_FAULT="segv=grouped;spin=attn;error=33x17" run $K all --device cpu --shapes "$tmp/rel.txt" --timeout 2
+[ "$rc" -eq 5 ] && ok "all with a fault, a device error and a hang: exit 5 (outranks a failed gate)" \
+    || bad "fault/hang run: exit $rc, want 5; $(head -c 300 "$tmp/err")"
+has "$tmp/out" "^grouped bf16 NT G=3 M=38\[0\.\.33\] N=24 K=16 +- +fault +the worker died of signal 11" "a SIGSEGV: verdict fault, the signal named"
+has "$tmp/out" "^gemm f32 NT 33x17x9 +- +fault +running the kernel failed: KGATE_TEST_CPU_FAULT error" "a device error: verdict fault, its message named"
+has "$tmp/out" "^attn bf16 b1 s20:30 h2:1 d16 causal +- +hung +a launch did not end within the watchdog's 2 s" "a spin: verdict hung after --timeout"
+has "$tmp/out" "^gemm f16 TN 31x7x5 +C +pass" "the case after the hang ran and passed"
+has "$tmp/out" "^gemm bf16 NT 40x24x56 bwd +dB +pass" "the case between the faults ran and passed"
+has "$tmp/out" "^kgate: hung: attn bf16 b1 s20:30 h2:1 d16 causal \($tmp/rel.txt:4\): " "the summary names the hung case and its line"
+has "$tmp/out" "^kgate: fault: grouped bf16 NT G=3 M=38\[0\.\.33\] N=24 K=16 \($tmp/rel.txt:2\): " "the summary names the faulted case and its line"
+has "$tmp/out" "^kgate: 5 cases \(2 faulted, 1 hung\), 4 outputs: 4 passed, 0 failed; [0-9.]+ s$" "the last line: counts and the wall time"
+KGATE_TEST_CPU_FAULT="segv=grouped" run $K all --device cpu --shapes "$tmp/rel.txt" --json
+has "$tmp/out" '^\{"case":"grouped bf16 NT G=3 M=38\[0\.\.33\] N=24 K=16","where":"[^"]*rel.txt:2","verdict":"fault","error":"the worker died of signal 11' "--json: a fault is a JSON line"
+[ "$rc" -eq 5 ] && ok "--json fault: exit 5" || bad "--json fault: exit $rc"
+KGATE_TEST_CPU_FAULT="spin=33x17" run $K all --device cpu --shapes "$tmp/rel.txt" --inject nan
+[ "$rc" -eq 5 ] && ok "a hang and failed gates: exit 5" || bad "hang + failed gates: exit $rc, want 5"
+RL="$tmp/rel.ledger"
+expect 0 "compare: a clean candidate appends" $K compare gemm --device cpu --shape 40x24x56 --variant v1 -D X=1 --rounds 2 --ledger "$RL"
+sum0=$(cksum <"$RL")
+KGATE_TEST_CPU_FAULT="spin=40x24" run $K compare gemm --device cpu --shape 40x24x56 --variant v2 -D X=2 --rounds 2 --ledger "$RL" --timeout 1
+[ "$rc" -eq 5 ] && ok "compare with a spinning candidate: exit 5" || bad "compare hang: exit $rc"
+has "$tmp/out" "^kgate: hung: gemm bf16 NT 40x24x56 \(command line\)" "compare: the hang is named"
+KGATE_TEST_CPU_FAULT="segv=40x24" run $K noise gemm --device cpu --shape 40x24x56 --rounds 2 --ledger "$RL"
+[ "$rc" -eq 5 ] && ok "noise with a faulting arm: exit 5" || bad "noise fault: exit $rc"
+[ "$(cksum <"$RL")" = "$sum0" ] && ok "compare and noise that faulted or hung appended nothing" || bad "the ledger changed after a fault"
+expect 0 "ledger verify after the faults" $K ledger verify --ledger "$RL"
+for t in 0 -1 abc 1e9; do expect 2 "--timeout $t" $K gemm --device cpu --shape 8x8x8 --timeout "$t"; done
+# The default table fits 120 columns; a label longer than the case column gets its own line.
+cat >"$tmp/wide.txt" <<'EOF2'
+gemm --shape 64x48x40
+grouped --dtype mxfp8 --mx-rule up --out f32 --groups 3,0,5,7,11,13,17,19,23,29,31,37,41,43,47,53,59,61,67,71,73 --shape 64x64 --inputs normal
+grouped --layout NN --groups 3,0,5,7,11 --shape 24x16 --bwd
+attn --seqlens 0,7,30:20 --heads 2:1 --dim 16 --causal --bwd
+EOF2
+expect 0 "all: a table with a long label" $K all --device cpu --shapes "$tmp/wide.txt"
+long=$(awk 'length($0) > 120' "$tmp/out" | grep -v '^grouped' | head -3)
+[ -z "$long" ] && ok "the default table fits 120 columns" || bad "lines over 120 columns: $long"
+cols=$(grep -E ' (C|dA|dB|O|LSE|dQ|dK|dV) +pass ' "$tmp/out" | awk '{ print index($0, " pass ") }' | sort -u | wc -l)
+[ "$cols" -eq 1 ] && ok "every row's verdict starts in the same column" || bad "verdict columns differ: $(grep ' pass ' "$tmp/out")"
+has "$tmp/out" "^grouped mxfp8 up->f32 NT G=21 M=710\[0\.\.73\] N=64 K=64 normal$" "a label longer than the case column is printed on a line of its own"
+has "$tmp/out" "^ {56} C +pass " "... and its row starts below it under an empty case cell"
+has "$tmp/out" "^case +out verdict binding gate \(use\) +median-us +TFLOP/s +%peak$" "the default header"
+has "$tmp/out" "^gemm bf16 NT 64x48x40 +C +pass +[a-z-]+ +[0-9.]+ +[0-9.]+ +[0-9.]+ +-$" "a row: the binding gate and its use, time, TFLOP/s"
+grep -q "geometry\|timer:" "$tmp/out" && bad "the default table printed geometry or timer lines" || ok "no geometry or timer lines by default"
+expect 0 "--wide" $K all --device cpu --shapes "$tmp/wide.txt" --wide
+has "$tmp/out" "allclose +same-prec +nan/inf +unwritten" "--wide: every gate's column"
+has "$tmp/out" "^    timer: median" "--wide: the timer lines"
+expect 1 "a planted fault in the default table" $K gemm --device cpu --shape 64x48x40 --inject tile
+has "$tmp/out" "^gemm bf16 NT 64x48x40 +C +FAIL +[a-z-]+ +(inf|>99|[0-9.]+) " "a failed row names its binding gate"
+has "$tmp/out" "^    FAIL allclose \(check\): " "a failure prints its failed gates"
+# Help and version.
+expect 0 "--version" $K --version
+has "$tmp/out" "^kgate [0-9.]+ \(embedded kernels.hip [0-9a-f]{12}; built with " "--version: version, kernels.hip, compiler"
+for c in all gemm grouped attn compare noise ledger devices selftest isa codec; do
+    expect 0 "$c --help" $K $c --help
+    has "$tmp/out" "^usage: kgate $c " "$c --help: its usage"
+    has "$tmp/out" "^  $c " "$c --help: its entry"
+done
+has "$tmp/out" "^exit: " "a command's help ends with the exit codes"
+expect 0 "gemm --help" $K gemm --help
+has "$tmp/out" "^  --layout L " "gemm --help: the case options"
+has "$tmp/out" "^  --timeout S " "gemm --help: the run options"
+grep -q "^  --groups" "$tmp/out" && ok "gemm --help lists the case options (shared by the ops)" || bad "gemm --help lacks --groups"
+expect 2 "frob --help" $K frob --help
+
 echo "== ASan/UBSan build of the CPU paths"
 if make -s kgate-asan >"$tmp/build" 2>&1; then
     ok "kgate-asan builds"
@@ -1163,6 +1271,36 @@ if [ $gpu -eq 1 ]; then
     expect 0 "kgate selftest (GPU)" $K selftest
     expect 0 "kgate all (GPU)" $K all
     has "$tmp/out" "passed, 0 failed" "every case of shapes.txt passes on the GPU"
+    echo "== GPU: a kernel that writes out of bounds and one that spins cost their cases alone"
+    # A --kernels copy with two planted bugs: kg_attn_fwd writes 2^40 elements past O (head dim 64
+    # only), and kg_gemm_f32 waits on a shared flag that nothing sets (a deadlocked barrier).
+    python3 - kernels.hip "$tmp/faulty.hip" <<'PY'
+import sys
+s = open(sys.argv[1]).read()
+fwd = "        kg_attn_fwd<D>(Q, K, V, O, LSE, cu_q, cu_k, B, Hq, Hkv, Dh, scale, causal);"
+gemm = "        kg_gemm_portable<D>(X, Y, C, M, N, K, sxm, sxk, syk, syn, scm, scn,"
+assert s.count(fwd) == 1 and s.count(gemm) == 1
+s = s.replace(fwd, "        if (Dh == 64 && kg_tid() == 0) O[(kg_i64)1 << 40] = O[0]; \\\n" + fwd)
+s = s.replace(gemm, "        if (sizeof(D::S) == 4) { __shared__ volatile int kg_never; if (kg_tid() == 0) kg_never = 0; \\\n"
+              "            __syncthreads(); while (kg_never == 0) { } } \\\n" + gemm)
+open(sys.argv[2], "w").write(s)
+PY
+    cat >"$tmp/gpu_faults.txt" <<'EOF2'
+gemm --dtype bf16 --shape 512x512x512
+gemm --dtype f32 --shape 256x256x256
+attn --dtype bf16 --seq 256 --heads 4 --dim 64
+grouped --dtype bf16 --groups 0,64,128 --shape 256x128
+attn --dtype f16 --seq 100:200 --heads 4:2 --dim 128 --causal --bwd
+gemm --dtype f16 --layout TN --shape 1000x1000x1000
+EOF2
+    run $K all --shapes "$tmp/gpu_faults.txt" --kernels "$tmp/faulty.hip"
+    [ "$rc" -eq 5 ] && ok "GPU: all with an out-of-bounds write and a spin: exit 5" || bad "GPU faults: exit $rc, want 5"
+    has "$tmp/out" "^kgate: fault: attn bf16 b1 s256:256 h4:4 d64 \(.*gpu_faults.txt:3\): .*ILLEGAL_ADDRESS" \
+        "GPU: the out-of-bounds write is a fault, the device's error named"
+    has "$tmp/out" "^kgate: hung: gemm f32 NT 256x256x256 \(.*gpu_faults.txt:2\): a launch did not end within the watchdog's 10 s" \
+        "GPU: the spin is hung after the default watchdog"
+    has "$tmp/out" "^kgate: 6 cases \(1 faulted, 1 hung\), 8 outputs: 8 passed, 0 failed" "GPU: every other case passed"
+    cp "$tmp/out" "$tmp/gpu_faults.out"
 fi
 
 echo "$passed passed, $failed failed"
