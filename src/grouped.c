@@ -36,6 +36,7 @@ static void grouped_finish(struct kcase *c)
         m += c->lens[i];
         lo = c->lens[i] < lo ? c->lens[i] : lo, hi = c->lens[i] > hi ? c->lens[i] : hi;
     }
+    if (m == 0) die(EXIT_USAGE, "%s: --groups: every group is empty: nothing to check", c->where);
     if (m > MAX_DIM) die(EXIT_USAGE, "%s: --groups: the sizes add up to %" PRIu64 ", more than %u rows",
                          c->where, m, MAX_DIM);
     if (m * k > MAX_ELEMS || g * k * n > MAX_ELEMS || m * n > MAX_ELEMS)
