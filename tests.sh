@@ -10,7 +10,7 @@
 # CPU commands, byte for byte apart from times) and the tree's shape (src/ and README's Map).
 #
 #   ./tests.sh            everything
-#   KGATE_QUICK=1 ./tests.sh   skip `kgate all --device cpu` (minutes on 2 cores)
+#   KGATE_QUICK=1 ./tests.sh   skip `kgate all --device cpu` (about half an hour on 2 cores)
 set -u
 cd "$(dirname "$0")"
 
@@ -1312,7 +1312,7 @@ else
 fi
 
 if [ "${KGATE_QUICK:-0}" != 1 ]; then
-    echo "== kgate all --device cpu (the whole shapes.txt; minutes on 2 cores)"
+    echo "== kgate all --device cpu (the whole shapes.txt; about half an hour on 2 cores)"
     expect 0 "kgate all --device cpu" $K all --device cpu
     has "$tmp/out" "cases, [0-9]+ outputs: [0-9]+ passed, 0 failed" "every case of shapes.txt passes on the CPU"
     cp "$tmp/out" "$tmp/all_cpu"

@@ -27,6 +27,8 @@ static int grouped_set(struct kcase *c, const char *key, const char *val)
     return gemm_set(c, key, val);   /* --dtype, --bwd */
 }
 
+/* Check a grouped case (groups given, not all empty; N and K given; sizes
+ * within bounds) and fill its label; exit 2 naming c->where if not. */
 static void grouped_finish(struct kcase *c)
 {
     if (!c->lens) die(EXIT_USAGE, "%s: grouped needs --groups M1,M2,... (sizes may be 0)", c->where);
