@@ -61,6 +61,7 @@ enum {
     EXIT_NORUNTIME = 3, /* no GPU runtime found */
     EXIT_BUDGET = 4,    /* budget spent: a new candidate beyond --budget */
     EXIT_DEVICE = 5,    /* device, kernel or compiler error */
+    EXIT_IO = 6,        /* a file could not be written (ledger, cache, dump): disk full or I/O error */
 };
 
 #define KG_TILE 128                 /* the tile of the error map and of sampling */
@@ -608,12 +609,40 @@ static int cmd_rounds(struct kcase *c, const struct opts *o, void (*work)(void *
     return rc;
 }
 
-/* kgate all: every case of a shapes file (--shapes, default ./shapes.txt). */
+/* The default shapes file: ./shapes.txt, else shapes.txt beside the kgate
+ * binary (the directory of /proc/self/exe), else ./shapes.txt (so that the
+ * error names what was looked for first).  Returns a static buffer. */
+static const char *default_shapes(void)
+{
+    static char path[PATH_MAX];
+    snprintf(path, sizeof path, "shapes.txt");
+    if (access(path, F_OK) == 0) return path;
+    char exe[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n <= 0) return path;
+    exe[n] = 0;
+    char *slash = strrchr(exe, '/');
+    if (!slash) return path;
+    *slash = 0;
+    char beside[PATH_MAX];
+    if (snprintf(beside, sizeof beside, "%s/shapes.txt", exe) < (int)sizeof beside && access(beside, F_OK) == 0)
+        snprintf(path, sizeof path, "%s", beside);
+    return path;
+}
+
+/* kgate all: every case of a shapes file (--shapes, default shapes.txt in
+ * the current directory, else beside the binary).  --trades-precision
+ * needs a low-precision case among them (exit 2). */
 static int cmd_all(const struct opts *o, const char *sub)
 {
     (void)sub;
     size_t n;
-    struct kcase *cases = ops_read_shapes(o->shapes_path ? o->shapes_path : "shapes.txt", &n);
+    struct kcase *cases = ops_read_shapes(o->shapes_path ? o->shapes_path : default_shapes(), &n);
+    int lowp = 0;
+    for (size_t i = 0; i < n; i++) lowp |= cases[i].qfmt != Q_NONE;
+    if (o->trades_precision && !lowp)
+        die(EXIT_USAGE, "--trades-precision waives the low-precision SNR baseline rule; no case of the shapes file "
+            "is low precision");
     int rc = cmd_run(cases, n, o);
     for (size_t i = 0; i < n; i++) case_free(&cases[i]);
     free(cases);
@@ -635,6 +664,34 @@ static const struct command { const char *name; int (*run)(const struct opts *o,
     { "isa", cmd_isa },
 };
 
+/* The K_* bit (options.c) of command `cmd`, or 0 for an unknown command. */
+static unsigned command_kind(const char *cmd)
+{
+    static const struct { const char *name; unsigned kind; } KINDS[] = {
+        { "compare", K_COMPARE }, { "noise", K_NOISE }, { "all", K_ALL }, { "ledger", K_LEDGER },
+        { "devices", K_DEVICES }, { "selftest", K_SELFTEST }, { "isa", K_ISA },
+    };
+    for (size_t i = 0; i < sizeof KINDS / sizeof *KINDS; i++)
+        if (strcmp(cmd, KINDS[i].name) == 0) return KINDS[i].kind;
+    return ops_find(cmd) ? K_CASE : 0;
+}
+
+/* Exit 2 on options that parse but mean nothing for this run: --budget
+ * without a candidate arm, --why without a tolerance, --trades-precision
+ * on a case that is not low precision (one: the case of a case command,
+ * compare or noise; NULL for other commands). */
+static void check_meaningful(const struct opts *o, const struct kcase *one)
+{
+    if (o->budget && !o->variant && !o->kernels_path && !o->ndefines)
+        die(EXIT_USAGE, "--budget limits the candidate code objects a ledger holds; this run has no candidate "
+            "(--variant NAME with -D, or --kernels FILE)");
+    if (o->why && o->rtol < 0 && o->atol < 0)
+        die(EXIT_USAGE, "--why gives the reason for a looser --rtol or --atol; neither is given");
+    if (o->trades_precision && one && one->qfmt == Q_NONE)
+        die(EXIT_USAGE, "--trades-precision waives the low-precision SNR baseline rule; %s is not low precision",
+            one->label);
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2) die(EXIT_USAGE, "no command given (kgate --help lists them)");
@@ -646,10 +703,15 @@ int main(int argc, char **argv)
     if (strcmp(argv[1], "--version") == 0 || strcmp(argv[1], "version") == 0) return opts_version();
     for (int i = 2; i < argc; i++)
         if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) return opts_command_help(argv[1]);
+    if (argv[1][0] == '-')
+        die(EXIT_USAGE, "no command given: '%s' is an option, and the command comes first (kgate COMMAND "
+            "[options]; kgate --help lists them)", shown(argv[1]));
     if (strcmp(argv[1], "codec") == 0) return cmd_codec(argc, argv);
     struct opts o = { .seed = 42, .rtol = -1, .atol = -1 };
     const char *cmd = argv[1], *sub = NULL;
     o.command = cmd;
+    o.cmd_kind = command_kind(cmd);
+    if (!o.cmd_kind) die(EXIT_USAGE, "unknown command '%s' (see kgate --help)", shown(cmd));
     int compare = strcmp(cmd, "compare") == 0, noise = strcmp(cmd, "noise") == 0;
     const struct op *op = ops_find(compare || noise ? (argc > 2 ? argv[2] : "") : cmd);
     if ((compare || noise) && !op)
@@ -662,16 +724,13 @@ int main(int argc, char **argv)
     } else {
         for (int i = sub ? 3 : 2; i < argc;) {
             int used = opts_parse(&o, argc, argv, i);
-            if (!used) die(EXIT_USAGE, "%s: unknown option '%s' (see kgate --help)", cmd, argv[i]);
+            if (!used) die(EXIT_USAGE, "%s: unknown option '%s' (see kgate --help)", cmd, shown(argv[i]));
             i += used;
         }
     }
-    if (o.expect && !op && strcmp(cmd, "isa") != 0 && strcmp(cmd, "all") != 0)
-        die(EXIT_USAGE, "--expect: %s does not take it (isa, all, compare, noise and the case commands do)", cmd);
-    int runs_cases = (op && !compare && !noise) || strcmp(cmd, "all") == 0;
-    if ((o.seeds || o.dump_dir) && !runs_cases)
-        die(EXIT_USAGE, "%s: %s does not take it (all and the case commands do)", o.seeds ? "--seeds" : "--dump", cmd);
+    check_meaningful(&o, op ? &one : NULL);
     if (o.seeds > 1 && o.dump_dir) die(EXIT_USAGE, "--dump writes one seed's case: give --seed S, not --seeds N");
+    if (o.dump_dir) usable_dir(o.dump_dir, "--dump");   /* before any work */
     int all_repeat = o.device_cpu ? DEFAULT_REPEAT_ALL_CPU : DEFAULT_REPEAT_ALL_GPU;
     inject_check(&o, !op && strcmp(cmd, "all") == 0 ? all_repeat : 1);
     if (op) {
@@ -682,5 +741,5 @@ int main(int argc, char **argv)
     }
     for (size_t i = 0; i < sizeof COMMANDS / sizeof *COMMANDS; i++)
         if (strcmp(cmd, COMMANDS[i].name) == 0) return COMMANDS[i].run(&o, sub);
-    die(EXIT_USAGE, "unknown command '%s' (see kgate --help)", cmd);
+    die(EXIT_USAGE, "unknown command '%s' (see kgate --help)", shown(cmd));
 }

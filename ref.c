@@ -340,10 +340,15 @@ static void *par_worker(void *arg)
     }
 }
 
+/* The threads of par_for: $KGATE_THREADS (exit 2 naming it unless it is a
+ * whole number from 1 to 256), else the online CPUs (at most 256). */
 static int par_threads(void)
 {
     const char *env = getenv("KGATE_THREADS");
-    long n = env ? strtol(env, NULL, 10) : sysconf(_SC_NPROCESSORS_ONLN);
+    uint64_t v;
+    if (env && parse_u64(env, 1, 256, &v) != 0)
+        die(EXIT_USAGE, "KGATE_THREADS=%s: expected a whole number of threads from 1 to 256", shown(env));
+    long n = env ? (long)v : sysconf(_SC_NPROCESSORS_ONLN);
     return n < 1 ? 1 : n > 256 ? 256 : (int)n;
 }
 

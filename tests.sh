@@ -10,7 +10,7 @@
 # CPU commands, byte for byte apart from times) and the tree's shape (src/ and README's Map).
 #
 #   ./tests.sh            everything
-#   KGATE_QUICK=1 ./tests.sh   skip `kgate all --device cpu` (minutes on 2 cores)
+#   KGATE_QUICK=1 ./tests.sh   skip `kgate all --device cpu` (about half an hour on 2 cores)
 set -u
 cd "$(dirname "$0")"
 
@@ -614,6 +614,101 @@ bad_usage "--inject race, no repeat" $K gemm --device cpu --shape 8x8x8 --inject
 bad_usage "--repeat 0"              $K gemm --device cpu --shape 8x8x8 --repeat 0
 printf '# nothing\n' >"$tmp/bad.txt"
 bad_usage "empty shapes file"       $K all --device cpu --shapes "$tmp/bad.txt"
+echo "-- defects found by a new user: each refused with one line and exit 2 (6: a write that fails)"
+# 1, 4: shapes files: a cap on the file (read no further than 1 MiB) and the line, a NUL byte, a directory
+bad_usage "--shapes /dev/zero: over 1 MiB, refused without reading it all" timeout 20 $K all --device cpu --shapes /dev/zero
+has "$tmp/err" "/dev/zero: larger than 1048576 bytes" "the size cap names the file"
+{ printf 'gemm --shape 8x8x8 # '; head -c 5000 /dev/zero | tr '\0' 'x'; printf '\n'; } >"$tmp/long.txt"
+bad_usage "a shapes line over 4096 bytes" $K all --device cpu --shapes "$tmp/long.txt"
+has "$tmp/err" "long.txt:1: the line is longer than 4096 bytes" "the long line is named by file and line"
+printf '# ok\ngemm --shape 8x8x8\0 --dtype f32\n' >"$tmp/nul.txt"
+bad_usage "a NUL byte in a shapes line" $K all --device cpu --shapes "$tmp/nul.txt"
+has "$tmp/err" "nul.txt:2: the line holds a NUL byte" "the NUL byte is named by file and line"
+bad_usage "a directory as --shapes" $K all --device cpu --shapes "$tmp"
+has "$tmp/err" "Is a directory" "a directory as --shapes says so"
+# 5, 6: the reasons that reach --json and the ledger
+bad_usage "--why with invalid UTF-8" $K gemm --device cpu --shape 8x8x8 --rtol 0.5 --why $'bad \xff\xfe byte'
+bad_usage "--trades-precision with invalid UTF-8" $K gemm --device cpu --shape 8x8x8 --dtype e4m3 --trades-precision $'\xc3('
+bad_usage "--why with a control character" $K gemm --device cpu --shape 8x8x8 --rtol 0.5 --why $'two\nlines'
+bad_usage "--why ''"                 $K gemm --device cpu --shape 8x8x8 --rtol 0.5 --why ""
+bad_usage "--why of blanks"          $K gemm --device cpu --shape 8x8x8 --rtol 0.5 --why "   "
+bad_usage "--trades-precision of blanks" $K gemm --device cpu --shape 8x8x8 --dtype e4m3 --trades-precision "  "
+expect 0 "--why in UTF-8 is kept" $K gemm --device cpu --shape 8x8x8 --rtol 0.5 --why "bf16 épilogue ✓" --json
+python3 -c 'import json,sys; o=json.loads(open(sys.argv[1]).read()); assert o["why"] == "bf16 épilogue ✓", o["why"]' "$tmp/out" \
+    2>"$tmp/py" && ok "--json carries the UTF-8 reason as valid JSON" || bad "--json why: $(cat "$tmp/py")"
+# 8, 9: attention scales that overflow fp32 scores; cases with nothing to check
+bad_usage "attn --scale 1e38"        $K attn --device cpu --seq 8 --heads 2 --dim 64 --scale 1e38
+bad_usage "attn --scale above 1e4"   $K attn --device cpu --seq 8 --heads 2 --dim 64 --scale 10001
+expect 0 "attn --scale 1e4 is taken" $K attn --device cpu --seq 8 --heads 2 --dim 64 --scale 1e4
+bad_usage "grouped --groups 0"       $K grouped --device cpu --groups 0 --shape 8x8
+has "$tmp/err" "every group is empty: nothing to check" "all-empty groups say why"
+bad_usage "grouped --groups 0,0,0"   $K grouped --device cpu --groups 0,0,0 --shape 8x8
+bad_usage "attn --seqlens 0"         $K attn --device cpu --seqlens 0 --heads 2 --dim 8
+bad_usage "attn --seqlens 0,0"       $K attn --device cpu --seqlens 0,0 --heads 2 --dim 8
+bad_usage "attn --seqlens 4:0 (queries, no keys)" $K attn --device cpu --seqlens 4:0,0:3 --heads 2 --dim 8
+has "$tmp/err" "nothing to check" "sequences without queries or keys say why"
+# 11: messages that said the wrong thing
+bad_usage "an option and no command" $K --device cpu
+has "$tmp/err" "no command given" "no command: says so, not 'unknown option'"
+bad_usage "attn --heads 0"           $K attn --device cpu --seq 8 --heads 0 --dim 8
+has "$tmp/err" "from 1 to 1024" "--heads 0: the real range"
+bad_usage "attn --dim 0"             $K attn --device cpu --seq 8 --heads 2 --dim 0
+has "$tmp/err" "from 1 to 256" "--dim 0: the real range"
+expect 0 "--seed 18446744073709551614 (in range)" $K gemm --device cpu --shape 8x8x8 --seed 18446744073709551614
+expect 0 "--seed 18446744073709551615 (2^64 - 1)" $K gemm --device cpu --shape 8x8x8 --seed 18446744073709551615
+bad_usage "--seed 2^64"              $K gemm --device cpu --shape 8x8x8 --seed 18446744073709551616
+long=$(head -c 100000 /dev/zero | tr '\0' '7')
+for opt in --seed --dtype --layout --inputs --inject --device; do
+    bad_usage "a 100 KB $opt value" $K gemm --device cpu --shape 8x8x8 $opt "$long"
+    [ "$(wc -c <"$tmp/err")" -lt 400 ] && ok "a 100 KB $opt value is echoed cut short" || bad "$opt: $(wc -c <"$tmp/err") bytes on stderr"
+done
+bad_usage "a 100 KB attn --scale"    $K attn --device cpu --seq 8 --heads 2 --dim 8 --scale "$long"
+[ "$(wc -c <"$tmp/err")" -lt 400 ] && ok "a 100 KB --scale is echoed cut short" || bad "--scale: $(wc -c <"$tmp/err") bytes"
+bad_usage "a 100 KB codec value"     $K codec e4m3 "$long"
+[ "$(wc -c <"$tmp/err")" -lt 400 ] && ok "a 100 KB codec value is echoed cut short" || bad "codec: $(wc -c <"$tmp/err") bytes"
+# 12: repeated options, options that mean nothing to the command, bad environment
+bad_usage "a repeated run option"    $K gemm --device cpu --shape 8x8x8 --seed 1 --seed 2
+bad_usage "a repeated case option"   $K gemm --device cpu --shape 8x8x8 --dtype f32 --dtype bf16
+printf 'gemm --shape 8x8x8 --shape 16x16x16\n' >"$tmp/bad.txt"
+bad_usage "a repeated option on a shapes line" $K all --device cpu --shapes "$tmp/bad.txt"
+bad_usage "--rounds on a plain case" $K gemm --device cpu --shape 8x8x8 --rounds 3
+has "$tmp/err" "--rounds: gemm does not take it \(only compare and noise do\)" "the refusal says who takes it"
+bad_usage "--budget without a candidate" $K gemm --device cpu --shape 8x8x8 --budget 3
+bad_usage "--trades-precision on bf16" $K gemm --device cpu --shape 8x8x8 --trades-precision "a reason"
+bad_usage "--why without --rtol/--atol" $K gemm --device cpu --shape 8x8x8 --why "a reason"
+bad_usage "--shapes on a case"       $K gemm --device cpu --shape 8x8x8 --shapes shapes.txt
+bad_usage "--arch on a case"         $K gemm --device cpu --shape 8x8x8 --arch sm_90a
+bad_usage "--json on devices"        $K devices --json
+bad_usage "--seed on ledger"         $K ledger --seed 3
+bad_usage "--rounds on all"          $K all --device cpu --shapes "$tmp/two.txt" --rounds 3
+bad_usage "--trades-precision on all without a low-precision case" $K all --device cpu --shapes "$tmp/two.txt" --trades-precision "x"
+KGATE_THREADS=abc run $K gemm --device cpu --shape 64x64x64
+[ $rc -eq 2 ] && grep -q "KGATE_THREADS=abc" "$tmp/err" && ok "KGATE_THREADS=abc: exit 2 naming it" || bad "KGATE_THREADS=abc: exit $rc: $(head -c 300 "$tmp/err")"
+KGATE_THREADS=0 run $K gemm --device cpu --shape 64x64x64
+[ $rc -eq 2 ] && ok "KGATE_THREADS=0: exit 2" || bad "KGATE_THREADS=0: exit $rc"
+KGATE_THREADS=2 run $K gemm --device cpu --shape 64x64x64
+[ $rc -eq 0 ] && ok "KGATE_THREADS=2 is taken" || bad "KGATE_THREADS=2: exit $rc"
+# 14: a --dump directory that cannot be made is usage, before any work; a write that fails is 6
+bad_usage "--dump under /dev/full"   $K gemm --device cpu --shape 8x8x8 --dump /dev/full/x
+touch "$tmp/dumpfile"
+bad_usage "--dump naming a file"     $K gemm --device cpu --shape 8x8x8 --dump "$tmp/dumpfile"
+has "$tmp/err" "not a directory" "--dump on a file says so"
+( trap '' XFSZ; ulimit -f 1; exec $K gemm --device cpu --shape 64x64x64 --dump "$tmp/dump_efbig" ) >/dev/null 2>"$tmp/err"; rc=$?
+[ $rc -eq 6 ] && ok "--dump whose write fails (file size limit): exit 6" || bad "--dump over ulimit -f: exit $rc: $(head -c 300 "$tmp/err")"
+has "$tmp/err" "cannot write .*A.npy: File too large" "the failed write names the file and the error"
+# 15: kgate all finds shapes.txt beside the binary
+mkdir -p "$tmp/bin" "$tmp/elsewhere"
+cp "$K" "$tmp/bin/kgate" && printf 'gemm --shape 8x8x8\n' >"$tmp/bin/shapes.txt"
+(cd "$tmp/elsewhere" && "$tmp/bin/kgate" all --device cpu) >"$tmp/out" 2>"$tmp/err"; rc=$?
+[ $rc -eq 0 ] && grep -q "gemm bf16 NT 8x8x8" "$tmp/out" && ok "all: shapes.txt beside the binary when ./shapes.txt is absent" \
+    || bad "all beside the binary: exit $rc: $(head -c 300 "$tmp/err")"
+printf 'gemm --shape 16x8x8\n' >"$tmp/elsewhere/shapes.txt"
+(cd "$tmp/elsewhere" && "$tmp/bin/kgate" all --device cpu) >"$tmp/out" 2>"$tmp/err"
+grep -q "gemm bf16 NT 16x8x8" "$tmp/out" && ok "all: ./shapes.txt comes first" || bad "all: ./shapes.txt not used"
+for w in --expect "1..1000" "0..2^64-1" "4096 entries" "one a line" "6 a file could not be written" \
+         ".kgate-cache" "beside the kgate binary"; do
+    $K --help | grep -qF -- "$w" && ok "--help says '$w'" || bad "--help does not say '$w'"
+done
 expect 0 "--help" $K --help
 has "$tmp/out" "exit: 0 every gate passed" "--help states the exit codes"
 for w in all gemm grouped attn devices selftest isa --device --kernels --seed --full --rtol --atol --why \
@@ -622,13 +717,14 @@ for w in all gemm grouped attn devices selftest isa --device --kernels --seed --
     grep -q -- "$w" "$tmp/out" || bad "--help does not mention $w"
 done
 gpu=0
-if $K devices >/dev/null 2>&1; then gpu=1; fi
+if $K devices 2>/dev/null | grep -q '^[0-9]'; then gpu=1; fi
 if [ $gpu -eq 0 ]; then
     expect 3 "no GPU runtime: default device" $K gemm --shape 8x8x8
     one_line "no GPU runtime"
     has "$tmp/err" "tried libcuda.so.1.*libamdhip64" "the no-runtime line names every library tried"
-    expect 3 "kgate devices with no GPU runtime" $K devices
+    expect 0 "kgate devices with no GPU runtime: the CPU is there (exit 0)" $K devices
     has "$tmp/out" "^cpu " "kgate devices still lists the CPU"
+    has "$tmp/err" "no GPU runtime found \(tried libcuda.so.1" "and says on stderr that no GPU runtime was found"
 fi
 
 echo "== run-time compile: NVRTC (sm_90a), crash/hang/error handling, cache, embedded source"
@@ -689,6 +785,25 @@ if ldconfig -p 2>/dev/null | grep -q libnvrtc || [ -e /usr/local/cuda/lib64/libn
     if pgrep -f "tie-$$.hip" >/dev/null; then
         bad "the compiler's process outlived kgate"; pkill -9 -f "tie-$$.hip"
     else ok "SIGINT to kgate alone: its compiler's process is gone too"; fi
+    # The cache directory and the compile timeout are checked before any compile (exit 2); a code
+    # object that cannot be written into the cache is exit 6.
+    touch "$tmp/cachefile"
+    KGATE_CACHE="$tmp/cachefile" run $K isa --arch sm_90a
+    [ $rc -eq 2 ] && ok "KGATE_CACHE naming a file: exit 2" || bad "KGATE_CACHE a file: exit $rc"
+    one_line "KGATE_CACHE naming a file"
+    has "$tmp/err" "cache \(KGATE_CACHE\) .*cachefile: it is a regular file, not a directory" "the cache's problem is named, not 'compiler failed to run'"
+    KGATE_CACHE=/dev/full/cache run $K isa --arch sm_90a
+    [ $rc -eq 2 ] && grep -q "cannot create it: Not a directory" "$tmp/err" && ok "KGATE_CACHE that cannot be made: exit 2, says why" \
+        || bad "KGATE_CACHE=/dev/full/cache: exit $rc: $(cat "$tmp/err")"
+    for v in abc 0 -1 1.5 86401; do
+        KGATE_CACHE="$tmp/c5" KGATE_COMPILE_TIMEOUT=$v run $K isa --arch sm_90a
+        [ $rc -eq 2 ] && grep -q "KGATE_COMPILE_TIMEOUT=$v: expected a whole number of seconds from 1 to 86400" "$tmp/err" \
+            && ok "KGATE_COMPILE_TIMEOUT=$v: exit 2 naming the variable" || bad "KGATE_COMPILE_TIMEOUT=$v: exit $rc: $(cat "$tmp/err")"
+    done
+    printf 'extern "C" __global__ void kg_gemm_f32(float *x) { x[0] = 1.0f; }\n' >"$tmp/tiny.hip"
+    ( trap '' XFSZ; ulimit -f 1; KGATE_CACHE="$tmp/c6" exec $K isa --arch sm_90a --kernels "$tmp/tiny.hip" ) >/dev/null 2>"$tmp/err"; rc=$?
+    [ $rc -eq 6 ] && ok "a code object the cache cannot take (file size limit): exit 6" || bad "cache over ulimit -f: exit $rc: $(cat "$tmp/err")"
+    has "$tmp/err" "could not write .*\.bin: disk full or I/O error" "the failed cache write is named"
 else
     echo "skip: no libnvrtc on this machine"
 fi
@@ -1010,7 +1125,7 @@ lines() { [ -f "$1" ] && wc -l <"$1" || echo 0; }
 expect 0 "compare v1 (-D GEMM_BM=32): gated, timed with an A/A copy" $K compare $G --variant v1 -D GEMM_BM=32 --rounds 4 --wide
 has "$tmp/out" "^arm v1: kernels.hip \(embedded\) -DGEMM_BM=32, code object [0-9a-f]{12}" "compare names the candidate arm and its code object"
 has "$tmp/out" "^A/A: reference copy / reference time [0-9.]+ \([0-9.]+ - [0-9.]+ over 4 rounds\): band \+-[0-9.]+%" "compare measures the A/A band when the ledger has none"
-has "$tmp/out" "^compare: v1 / reference time [0-9.]+ \([0-9.]+ - [0-9.]+ over 4 rounds\), band \+-[0-9.]+% \(measured now\): (faster|parity|slower)$" "compare prints the ratio, its spread, the band and a verdict"
+has "$tmp/out" "^compare: v1 / reference time [0-9.]+ \([0-9.]+ - [0-9.]+ over 4 rounds\), band \+-[0-9.]+% \(measured now\): parity \(faster/slower need at least 7 rounds\)$" "compare prints the ratio, its spread, the band and a verdict (parity below 7 rounds)"
 has "$tmp/out" "^    timer: median [0-9.]+ us \(IQR [0-9.]+-[0-9.]+, min [0-9.]+\), n [0-9]+, median RSE [0-9.]+%" "--wide: every timed row has the timer's line"
 [ "$(lines "$L")" -eq 3 ] && ok "one ledger line per measured arm (reference, candidate, A/A copy)" || bad "ledger has $(lines "$L") lines, want 3"
 has "$L" '"role":"candidate".*"defines":"-DGEMM_BM=32".*"code_sha256":"[0-9a-f]{64}".*"verdict":"pass".*"ratio":[0-9.]+.*"band":[0-9.]+.*"budget_used":1,"budget":3,.*"gates":\{"allclose":\{"pass":true,"value":' "the candidate's line: defines, sha256, verdict, ratio, band, budget count, every gate value"
@@ -1136,6 +1251,40 @@ grep -q "^compare:" "$tmp/out" && bad "a compare that failed --expect printed a 
 tail -1 "$L" | grep -q '"isa":{"expect":"wgmma","pass":false' && ok "the ledger line carries the isa answer" || bad "last line: $(tail -1 "$L" | head -c 300)"
 expect 2 "ledger with an unknown subcommand" $K ledger frob --ledger "$L"
 expect 2 "ledger verify of a missing file" $K ledger verify --ledger "$tmp/none.ledger"
+echo "-- the ledger path: read-only for reading commands, checked before any work"
+(cd "$tmp/elsewhere" && rm -f kgate.ledger && "$tmp/bin/kgate" ledger best) >"$tmp/out" 2>"$tmp/err"; rc=$?
+[ $rc -eq 2 ] && [ ! -e "$tmp/elsewhere/kgate.ledger" ] && ok "ledger best without a ledger: exit 2, nothing created" \
+    || bad "ledger best, no ledger: exit $rc, $(ls "$tmp/elsewhere")"
+for sub in "" verify best; do
+    (cd "$tmp/elsewhere" && "$tmp/bin/kgate" ledger $sub) >"$tmp/out" 2>"$tmp/err"; rc=$?
+    [ $rc -eq 2 ] && [ ! -e "$tmp/elsewhere/kgate.ledger" ] && grep -q "no ledger at kgate.ledger" "$tmp/err" \
+        && ok "ledger $sub, no ledger: one clear line, exit 2, nothing created" || bad "ledger $sub: exit $rc: $(cat "$tmp/err")"
+    for p in "$tmp" /dev/full /dev/zero /dev/null; do
+        expect 2 "ledger $sub --ledger $p" timeout 20 $K ledger $sub --ledger "$p"
+        has "$tmp/err" "not a regular file" "ledger $sub --ledger $p: says it is not a regular file"
+    done
+done
+mkfifo "$tmp/fifo.ledger"
+expect 2 "ledger verify on a FIFO (does not block)" timeout 20 $K ledger verify --ledger "$tmp/fifo.ledger"
+cp "$L" "$tmp/ro.ledger" && chmod 444 "$tmp/ro.ledger"
+expect 0 "ledger best on a read-only ledger" $K ledger best --ledger "$tmp/ro.ledger"
+expect 0 "ledger on a read-only ledger" $K ledger --ledger "$tmp/ro.ledger"
+for p in "$tmp" /dev/null; do
+    expect 2 "compare --ledger $p: refused before measuring" $K compare gemm --device cpu --shape 16x16x16 --variant u -D X=1 --rounds 2 --ledger "$p"
+    one_line "compare --ledger $p"
+    grep -q "round" "$tmp/err" && bad "compare --ledger $p measured before refusing" || ok "compare --ledger $p: nothing measured"
+done
+touch "$tmp/o.ledger.objects"
+expect 2 "compare with LEDGER.objects a file: refused before measuring" $K compare gemm --device cpu --shape 16x16x16 --variant u -D X=1 --rounds 2 --ledger "$tmp/o.ledger"
+has "$tmp/err" "o.ledger.objects: it is a regular file, not a directory" "the objects directory's problem is named"
+[ ! -e "$tmp/o.ledger" ] && ok "the refused run created no ledger" || bad "a refused run created $tmp/o.ledger"
+( trap '' XFSZ; ulimit -f 1; exec $K gemm --device cpu --shape 16x16x16 --ledger "$tmp/full.ledger" ) >/dev/null 2>"$tmp/err"; rc=$?
+[ $rc -eq 6 ] && ok "a ledger append that cannot be written (file size limit): exit 6" || bad "ledger over ulimit -f: exit $rc: $(head -c 300 "$tmp/err")"
+has "$tmp/err" "writing the ledger .* failed: .*nothing appended" "the failed append says nothing was appended"
+expect 0 "the ledger is whole after the failed append" $K ledger verify --ledger "$tmp/full.ledger"
+echo "-- compare: faster/slower need at least 7 rounds"
+expect 0 "compare over 2 rounds" $K compare gemm --device cpu --shape 16x16x16 --variant r2 -D X=1 --rounds 2 --ledger "$tmp/r.ledger"
+has "$tmp/out" "^compare: r2 / reference .* over 2 rounds.*: parity \(faster/slower need at least 7 rounds\)$" "2 rounds: parity, and the line says why"
 expect 0 "noise: the A/A band" $K noise gemm --device cpu --shape 32x32x32 --rounds 3 --ledger "$tmp/n.ledger" --json
 has "$tmp/out" '^\{"case":"gemm bf16 NT 32x32x32","rounds":3,"aa_ratio":[0-9.]+,"aa_lo":[0-9.]+,"aa_hi":[0-9.]+,"band":[0-9.]+' "noise --json: the A/A ratio, spread and band"
 has "$tmp/out" '"median_rse":[0-9.e-]+,"throttled":0,"sm_clock_mhz":null' "--json time: RSE of the median, throttled count, SM clock (none on the CPU)"
@@ -1255,12 +1404,23 @@ if make -s kgate-asan >"$tmp/build" 2>&1; then
     asan 1 "--inject scale-index, grouped mxfp8" grouped --device cpu --dtype mxfp8 --groups 0,65,1,130 --shape 70x96 \
         --inject scale-index
     asan 0 "all --seeds 2" all --device cpu --shapes "$tmp/two.txt" --seeds 2
+    asan 0 "codec e4m3 --decode-all" codec e4m3 --decode-all
+    asan 0 "codec e8m0 --decode-all" codec e8m0 --decode-all
+    asan 0 "codec values on argv" codec e2m1 0.5 -3 nan
+    printf '448\n-0.1\n\n1e-9\n' >"$tmp/codec.in"
+    expect 0 "asan: codec values on stdin" bash -c "./kgate-asan codec e5m2 <'$tmp/codec.in'"
+    grep -q "runtime error\|AddressSanitizer\|LeakSanitizer" "$tmp/err" && bad "asan: codec stdin: $(head -c 300 "$tmp/err")" || ok "asan: codec on stdin: no sanitizer report"
+    asan 2 "codec: a bad value" codec e4m3 one
+    asan 2 "shapes: a NUL byte" all --device cpu --shapes "$tmp/nul.txt"
+    asan 2 "shapes: /dev/zero" all --device cpu --shapes /dev/zero
+    asan 2 "ledger best, no ledger" ledger best --ledger "$tmp/none.ledger"
+    asan 2 "a repeated option" gemm --device cpu --shape 8x8x8 --dtype f32 --dtype bf16
 else
     bad "kgate-asan build: $(head -c 800 "$tmp/build")"
 fi
 
 if [ "${KGATE_QUICK:-0}" != 1 ]; then
-    echo "== kgate all --device cpu (the whole shapes.txt; minutes on 2 cores)"
+    echo "== kgate all --device cpu (the whole shapes.txt; about half an hour on 2 cores)"
     expect 0 "kgate all --device cpu" $K all --device cpu
     has "$tmp/out" "cases, [0-9]+ outputs: [0-9]+ passed, 0 failed" "every case of shapes.txt passes on the CPU"
     cp "$tmp/out" "$tmp/all_cpu"

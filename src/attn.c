@@ -3,9 +3,18 @@
  * references by (token, head) unit, its planted mask fault, and its row of
  * the op table.  Relies on case.c, run.c, plan.c and ref.c (the references). */
 
+/* The largest --scale: scores are at most scale·D·max|q|·max|k| in
+ * magnitude, and 1e4 · 256 · 64 · 8 (head dim, Q's gain with the tails of
+ * normal inputs, K's tails) stays far inside fp32, as do the backward's
+ * products; a larger scale only makes the softmax one-hot. */
+#define ATTN_SCALE_MAX 1e4
+
+/* Apply attention option `key` (value `val`) to c: 1 if the value was
+ * used, 0 for a flag, -1 if key is not an attention option; exit 2 on a
+ * bad value. */
 static int attn_set(struct kcase *c, const char *key, const char *val)
 {
-    uint32_t a, b;
+    uint32_t b;
     if (strcmp(key, "--bwd") == 0) { c->bwd = 1; return 0; }
     if (strcmp(key, "--causal") == 0) { c->causal = 1; return 0; }
     static const char *const with_value[] = { "--dtype", "--batch", "--heads", "--seq", "--seqlens",
@@ -14,19 +23,21 @@ static int attn_set(struct kcase *c, const char *key, const char *val)
         if (!val && strcmp(key, with_value[i]) == 0)
             die(EXIT_USAGE, "%s: %s needs a value (see kgate --help)", c->where, key);
     if (strcmp(key, "--dtype") == 0) { case_set_dtype(c, val, 0); return 1; }
-    if (strcmp(key, "--batch") == 0) { case_parse_pair(c, key, val, 0, 1, &c->batch, &b); return 1; }
-    if (strcmp(key, "--heads") == 0) { case_parse_pair(c, key, val, 1, 1, &c->hq, &c->hkv); return 1; }
-    if (strcmp(key, "--seq") == 0) { case_parse_pair(c, key, val, 1, 1, &c->seq_q, &c->seq_k); return 1; }
+    if (strcmp(key, "--batch") == 0) { case_parse_pair(c, key, val, 0, 1, MAX_GROUPS, &c->batch, &b); return 1; }
+    if (strcmp(key, "--heads") == 0) { case_parse_pair(c, key, val, 1, 1, MAX_HEADS, &c->hq, &c->hkv); return 1; }
+    if (strcmp(key, "--seq") == 0) { case_parse_pair(c, key, val, 1, 1, MAX_DIM, &c->seq_q, &c->seq_k); return 1; }
     if (strcmp(key, "--seqlens") == 0) { case_parse_lens(c, key, val, 1); return 1; }
     if (strcmp(key, "--dim") == 0) {
-        case_parse_pair(c, key, val, 0, 1, &a, &b);
-        if (a > KG_ATTN_DMAX) die(EXIT_USAGE, "%s: --dim %u: head dims go up to %d", c->where, a, KG_ATTN_DMAX);
-        c->dim = a;
+        uint64_t v;
+        if (parse_u64(val, 1, KG_ATTN_DMAX, &v) != 0)
+            die(EXIT_USAGE, "%s: --dim %s: expected a head dim from 1 to %d", c->where, shown(val), KG_ATTN_DMAX);
+        c->dim = (uint32_t)v;
         return 1;
     }
     if (strcmp(key, "--scale") == 0) {
-        if (parse_nonneg(val, &c->scale) != 0 || c->scale == 0)
-            die(EXIT_USAGE, "%s: --scale %s: expected a number > 0", c->where, val);
+        if (parse_nonneg(val, &c->scale) != 0 || c->scale == 0 || c->scale > ATTN_SCALE_MAX)
+            die(EXIT_USAGE, "%s: --scale %s: expected a number > 0 and at most %g (a larger scale can overflow "
+                "fp32 scores)", c->where, shown(val), ATTN_SCALE_MAX);
         return 1;
     }
     return -1;
@@ -56,6 +67,11 @@ static void attn_finish(struct kcase *c)
         tq += c->lens[i], tk += c->lens[c->nlens + i];
         lo = c->lens[i] < lo ? c->lens[i] : lo, hi = c->lens[i] > hi ? c->lens[i] : hi;
     }
+    int useful = 0;   /* a sequence with queries and keys: the only outputs that are not all zero */
+    for (size_t i = 0; i < c->nlens; i++) useful |= c->lens[i] > 0 && c->lens[c->nlens + i] > 0;
+    if (!useful)
+        die(EXIT_USAGE, "%s: every sequence is empty or has no keys: nothing to check (every output would be 0)",
+            c->where);
     if (tq > MAX_DIM || tk > MAX_DIM || tq * c->hq * c->dim > MAX_ELEMS || tk * c->hkv * c->dim > MAX_ELEMS)
         die(EXIT_USAGE, "%s: attn with %" PRIu64 " query and %" PRIu64 " key tokens: a tensor would exceed "
             "%u tokens or %llu elements", c->where, tq, tk, MAX_DIM, (unsigned long long)MAX_ELEMS);

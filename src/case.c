@@ -88,25 +88,26 @@ static void case_parse_dims(const struct kcase *c, const char *flag, const char 
     char *save = NULL;
     for (char *tok = strtok_r(buf, "x", &save); tok; tok = strtok_r(NULL, "x", &save)) {
         uint64_t v;
-        if (got == n) die(EXIT_USAGE, "%s: %s %s: expected %s", c->where, flag, s, form);
+        if (got == n) die(EXIT_USAGE, "%s: %s %s: expected %s", c->where, flag, shown(s), form);
         if (parse_u64(tok, 0, UINT64_MAX, &v) != 0)
             die(EXIT_USAGE, "%s: %s %s: '%s' is not a whole number (expected %s)", c->where, flag,
-                s, tok, form);
-        if (v == 0) die(EXIT_USAGE, "%s: %s %s: every dimension must be at least 1", c->where, flag, s);
+                shown(s), shown(tok), form);
+        if (v == 0) die(EXIT_USAGE, "%s: %s %s: every dimension must be at least 1", c->where, flag, shown(s));
         if (v > MAX_DIM)
             die(EXIT_USAGE, "%s: %s %s: %" PRIu64 " exceeds the largest dimension kgate takes (%u)",
-                c->where, flag, s, v, MAX_DIM);
+                c->where, flag, shown(s), v, MAX_DIM);
         dims[got++] = (uint32_t)v;
     }
     size_t len = strlen(s);
     if (got != n || s[0] == 'x' || s[len - 1] == 'x' || strstr(s, "xx"))
-        die(EXIT_USAGE, "%s: %s %s: expected %s", c->where, flag, s, form);
+        die(EXIT_USAGE, "%s: %s %s: expected %s", c->where, flag, shown(s), form);
 }
 
-/* Parse "A" or "A:B" (pairs) into whole numbers in [lo, MAX_DIM]; *b = *a
- * when no ":B" is given.  Exit 2 naming the flag on anything else. */
+/* Parse "A" or "A:B" (pairs) into whole numbers in [lo, hi]; *b = *a
+ * when no ":B" is given.  Exit 2 naming the flag and the range on anything
+ * else. */
 static void case_parse_pair(const struct kcase *c, const char *flag, const char *s, int pairs, uint32_t lo,
-                            uint32_t *a, uint32_t *b)
+                            uint32_t hi, uint32_t *a, uint32_t *b)
 {
     char buf[64];
     const char *colon = pairs ? strchr(s, ':') : NULL;
@@ -114,9 +115,9 @@ static void case_parse_pair(const struct kcase *c, const char *flag, const char 
     uint64_t v, w;
     if (n >= sizeof buf) die(EXIT_USAGE, "%s: %s %.40s...: too long", c->where, flag, s);
     snprintf(buf, sizeof buf, "%.*s", (int)n, s);
-    if (parse_u64(buf, lo, MAX_DIM, &v) != 0 || (colon && parse_u64(colon + 1, lo, MAX_DIM, &w) != 0))
-        die(EXIT_USAGE, "%s: %s %s: expected %s, each a whole number from %u to %u", c->where, flag, s,
-            pairs ? "N or N:M" : "a whole number", lo, MAX_DIM);
+    if (parse_u64(buf, lo, hi, &v) != 0 || (colon && parse_u64(colon + 1, lo, hi, &w) != 0))
+        die(EXIT_USAGE, "%s: %s %s: expected %s from %u to %u", c->where, flag, shown(s),
+            pairs ? "N or N:M, each a whole number" : "a whole number", lo, hi);
     *a = (uint32_t)v, *b = colon ? (uint32_t)w : (uint32_t)v;
 }
 
@@ -129,7 +130,7 @@ static void case_parse_lens(struct kcase *c, const char *flag, const char *s, in
     for (const char *p = s; *p; p++) n += *p == ',';
     if (n > MAX_GROUPS) die(EXIT_USAGE, "%s: %s: %zu entries, at most %d", c->where, flag, n, MAX_GROUPS);
     if (!*s || s[0] == ',' || s[strlen(s) - 1] == ',' || strstr(s, ",,"))
-        die(EXIT_USAGE, "%s: %s %s: expected a comma-separated list of whole numbers", c->where, flag, s);
+        die(EXIT_USAGE, "%s: %s %s: expected a comma-separated list of whole numbers", c->where, flag, shown(s));
     free(c->lens);
     c->lens = xmalloc(2 * n * sizeof(uint32_t));
     c->nlens = n;
@@ -139,7 +140,7 @@ static void case_parse_lens(struct kcase *c, const char *flag, const char *s, in
         size_t len = strcspn(p, ",");
         if (len >= sizeof item) die(EXIT_USAGE, "%s: %s: entry '%.20s...' too long", c->where, flag, p);
         snprintf(item, sizeof item, "%.*s", (int)len, p);
-        case_parse_pair(c, flag, item, pairs, 0, &c->lens[i], &c->lens[n + i]);
+        case_parse_pair(c, flag, item, pairs, 0, MAX_DIM, &c->lens[i], &c->lens[n + i]);
         p += len + 1;
     }
 }
@@ -147,7 +148,7 @@ static void case_parse_lens(struct kcase *c, const char *flag, const char *s, in
 static void case_set_dtype(struct kcase *c, const char *val, int allow_f32)
 {
     if (!val || case_parse_dtype(val, &c->dt) != 0 || (!allow_f32 && c->dt == DT_F32))
-        die(EXIT_USAGE, "%s: --dtype %s: unknown dtype for %s (%s)", c->where, val ? val : "",
+        die(EXIT_USAGE, "%s: --dtype %s: unknown dtype for %s (%s)", c->where, shown(val),
             c->op->name, allow_f32 ? "f32, f16, bf16" : "f16, bf16");
 }
 
@@ -158,7 +159,7 @@ static int case_set_inputs(struct kcase *c, const char *key, const char *val)
     if (strcmp(key, "--inputs") != 0) return -1;
     for (int i = IN_UNIFORM; val && i <= IN_SCALED; i++)
         if (strcmp(val, INPUTS[i]) == 0) { c->inputs = (enum inputs)i; return 1; }
-    die(EXIT_USAGE, "%s: --inputs %s: unknown distribution (uniform, normal, scaled)", c->where, val ? val : "");
+    die(EXIT_USAGE, "%s: --inputs %s: unknown distribution (uniform, normal, scaled)", c->where, shown(val));
 }
 
 /* The op's finish, then the inputs' distribution resolved (low precision:

@@ -6,15 +6,15 @@
 static enum qfmt codec_format(const char *s, const char *enc)
 {
     int fnuz = enc && strcmp(enc, "fnuz") == 0;
-    if (enc && !fnuz && strcmp(enc, "ocp") != 0) die(EXIT_USAGE, "codec: --fp8 %s: expected ocp or fnuz", enc);
+    if (enc && !fnuz && strcmp(enc, "ocp") != 0) die(EXIT_USAGE, "codec: --fp8 %s: expected ocp or fnuz", shown(enc));
     if (enc && strcmp(s, "e4m3") != 0 && strcmp(s, "e5m2") != 0)
-        die(EXIT_USAGE, "codec: --fp8 applies to e4m3 and e5m2, not %s", s);
+        die(EXIT_USAGE, "codec: --fp8 applies to e4m3 and e5m2, not %s", shown(s));
     if (strcmp(s, "e8m0") == 0) return Q_COUNT;
     if (strcmp(s, "e4m3") == 0) return fnuz ? Q_E4M3_FNUZ : Q_E4M3;
     if (strcmp(s, "e5m2") == 0) return fnuz ? Q_E5M2_FNUZ : Q_E5M2;
     for (int f = 0; f < Q_COUNT; f++)
         if (strcmp(s, QFMTS[f].name) == 0) return (enum qfmt)f;
-    die(EXIT_USAGE, "codec: unknown format '%s' (e4m3, e5m2, e4m3fnuz, e5m2fnuz, e2m1, e8m0)", s);
+    die(EXIT_USAGE, "codec: unknown format '%s' (e4m3, e5m2, e4m3fnuz, e5m2fnuz, e2m1, e8m0)", shown(s));
 }
 
 /* A value as codec prints it: %.9g, NaN always "nan". */
@@ -31,15 +31,16 @@ static void codec_encode(enum qfmt f, const char *text)
     char *end;
     errno = 0;
     float v = strtof(text, &end);
-    if (end == text || *end) die(EXIT_USAGE, "codec: '%s' is not a number", text);
-    if (errno == ERANGE && isinf(v)) die(EXIT_USAGE, "codec: %s is beyond fp32's range", text);
+    if (end == text || *end) die(EXIT_USAGE, "codec: '%s' is not a number", shown(text));
+    if (errno == ERANGE && isinf(v)) die(EXIT_USAGE, "codec: %s is beyond fp32's range", shown(text));
     unsigned code = q_encode(f, v);
     printf("%s 0x%02x ", text, code);
     codec_value(q_decode(f, code));
     putchar('\n');
 }
 
-/* kgate codec FORMAT [--fp8 ocp|fnuz] (--decode-all | X ... | < lines):
+/* kgate codec FORMAT [--fp8 ocp|fnuz] (--decode-all | X ... | < lines, one
+ * value a line):
  * ref.c's own decoders and encoders, for tests and for a kernel engineer's
  * questions ("what does 0x7e mean in e4m3fnuz?"). */
 static int cmd_codec(int argc, char **argv)
@@ -69,6 +70,7 @@ static int cmd_codec(int argc, char **argv)
             codec_value(f == Q_COUNT ? e8m0_decode(c) : q_decode(f, c));
             putchar('\n');
         }
+        free(values);
         return EXIT_PASS;
     }
     if (f == Q_COUNT) die(EXIT_USAGE, "codec: e8m0 is decode-only (--decode-all)");

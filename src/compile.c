@@ -14,16 +14,18 @@ struct code_obj {
     double seconds;            /* compile time when compiled now */
 };
 
-/* $KGATE_CACHE, else $XDG_CACHE_HOME/kgate, else ~/.cache/kgate. */
-static const char *cache_dir(void)
+/* The code-object cache directory: $KGATE_CACHE, else
+ * $XDG_CACHE_HOME/kgate, else $HOME/.cache/kgate, else (no HOME)
+ * ./.kgate-cache.  *from says which of these it is, for messages. */
+static const char *cache_dir(const char **from)
 {
     static char dir[PATH_MAX];
     const char *env = getenv("KGATE_CACHE"), *xdg = getenv("XDG_CACHE_HOME"),
                *home = getenv("HOME");
-    if (env && *env) snprintf(dir, sizeof dir, "%s", env);
-    else if (xdg && *xdg) snprintf(dir, sizeof dir, "%s/kgate", xdg);
-    else if (home && *home) snprintf(dir, sizeof dir, "%s/.cache/kgate", home);
-    else snprintf(dir, sizeof dir, ".kgate-cache");
+    if (env && *env) snprintf(dir, sizeof dir, "%s", env), *from = "KGATE_CACHE";
+    else if (xdg && *xdg) snprintf(dir, sizeof dir, "%s/kgate", xdg), *from = "$XDG_CACHE_HOME/kgate";
+    else if (home && *home) snprintf(dir, sizeof dir, "%s/.cache/kgate", home), *from = "$HOME/.cache/kgate";
+    else snprintf(dir, sizeof dir, ".kgate-cache"), *from = "./.kgate-cache, as HOME is unset";
     return dir;
 }
 
@@ -63,6 +65,17 @@ static int cache_read_entry(struct code_obj *co)
     return -1;
 }
 
+/* $KGATE_COMPILE_TIMEOUT: the seconds a compile may take (default 600);
+ * exit 2 naming the variable unless it is a whole number from 1 to 86400. */
+static double compile_timeout(void)
+{
+    const char *env = getenv("KGATE_COMPILE_TIMEOUT");
+    uint64_t v = 600;
+    if (env && parse_u64(env, 1, 86400, &v) != 0)
+        die(EXIT_USAGE, "KGATE_COMPILE_TIMEOUT=%s: expected a whole number of seconds from 1 to 86400", shown(env));
+    return (double)v;
+}
+
 /* In a compiler's child process: the crash or hang that tests plant with
  * $KGATE_TEST_COMPILER (crash|hang); nothing otherwise. */
 static void compiler_test_hook(void)
@@ -73,8 +86,8 @@ static void compiler_test_hook(void)
 }
 
 /* The compiler's child process: compile, write the log and (on success) the
- * code object into the cache, exit 0 (compiled), 1 (compile error) or 2
- * (could not run the compiler).  Runs after fork(), so a crash or hang of the
+ * code object into the cache, exit 0 (compiled), 1 (compile error), 2
+ * (could not run the compiler) or 3 (could not write the code object).  Runs after fork(), so a crash or hang of the
  * compiler takes only this process down. */
 static int compile_child(const struct rtc *c, const char *src, const char *name,
                          const char *const *opts, int nopts, const struct code_obj *co)
@@ -97,8 +110,8 @@ static int compile_child(const struct rtc *c, const char *src, const char *name,
     if (cr != 0) return 1;
     if (c->code_size(prog, &n) != 0 || n == 0) return 2;
     char *code = xmalloc(n);
-    if (c->code(prog, code) != 0 || write_file_atomic(co->bin_path, code, n) != 0 || cache_write_sum(co, code, n) != 0)
-        return 2;
+    if (c->code(prog, code) != 0) return 2;
+    if (write_file_atomic(co->bin_path, code, n) != 0 || cache_write_sum(co, code, n) != 0) return 3;
     free(code);
     c->destroy(&prog);
     return 0;
@@ -128,13 +141,13 @@ static pid_t compile_fork(void)
 }
 
 /* Wait for the compiler child (exit status 0 compiled, 1 compile error,
- * other: could not run) and return the seconds it took; exit 5 with one
- * clear line if it crashed, hung past $KGATE_COMPILE_TIMEOUT seconds
- * (default 600), or failed. */
+ * 3 could not write the code object, other: could not run) and return the
+ * seconds it took; exit 5 with one clear line if it crashed, hung past
+ * $KGATE_COMPILE_TIMEOUT seconds (default 600), or failed; 6 if the code
+ * object could not be written into the cache. */
 static double compile_wait(pid_t pid, const char *what, const struct code_obj *co)
 {
-    const char *env = getenv("KGATE_COMPILE_TIMEOUT");
-    double limit = env ? atof(env) : 600.0, t0 = now_s();
+    double limit = compile_timeout(), t0 = now_s();
     int status = 0;
     for (;;) {
         pid_t w = waitpid(pid, &status, WNOHANG);
@@ -157,6 +170,7 @@ static double compile_wait(pid_t pid, const char *what, const struct code_obj *c
         print_log_head(co->log_path, 40);
         exit(EXIT_DEVICE);
     }
+    if (code == 3) die(EXIT_IO, "compiled %s but could not write %s: disk full or I/O error", what, co->bin_path);
     if (code != 0) die(EXIT_DEVICE, "compiler failed to run on %s (log: %s)", what, log);
     return now_s() - t0;
 }
@@ -165,7 +179,8 @@ static double compile_wait(pid_t pid, const char *what, const struct code_obj *c
  * identity `ident` ("NVRTC 13.0", clang's version line), the source and the
  * options, its paths sit in cache_dir().  Reads the cached code object when
  * there is one: returns 1 if there was, 0 if it must be compiled into
- * co->bin_path.  Exits if the cache directory cannot be made. */
+ * co->bin_path.  Exits 2 if the cache directory cannot be made or written
+ * (or $KGATE_COMPILE_TIMEOUT is not valid), before any compile. */
 static int cache_lookup(const char *ident, const char *src, const char *const *opts, int nopts,
                         struct code_obj *co)
 {
@@ -178,8 +193,11 @@ static int cache_lookup(const char *ident, const char *src, const char *const *o
     for (int i = 0; i < nopts; i++) sha256_update(&h, opts[i], strlen(opts[i]) + 1);
     sha256_hex(&h, co->key);
 
-    const char *dir = cache_dir();
-    if (mkdir_p(dir) != 0) die(EXIT_DEVICE, "cannot create the cache directory %s: %s", dir, strerror(errno));
+    const char *from, *dir = cache_dir(&from);
+    char what[96];
+    snprintf(what, sizeof what, "the code-object cache (%s)", from);
+    usable_dir(dir, what);
+    compile_timeout();
     if (snprintf(co->bin_path, sizeof co->bin_path, "%s/%s.bin", dir, co->key) >= PATH_MAX ||
         snprintf(co->log_path, sizeof co->log_path, "%s/%s.log", dir, co->key) >= PATH_MAX ||
         snprintf(co->sum_path, sizeof co->sum_path, "%s/%s.sum", dir, co->key) >= PATH_MAX)
@@ -294,7 +312,7 @@ static void compile_clang(const char *clang, const char *src, const char *name, 
         snprintf(src_path, sizeof src_path, "%.*s.hip", (int)strlen(co->bin_path) - 4, co->bin_path);
         snprintf(out_path, sizeof out_path, "%s.tmp.%d", co->bin_path, (int)getpid());
         if (write_file_atomic(src_path, text, len) != 0)
-            die(EXIT_DEVICE, "cannot write %s: %s", src_path, strerror(errno));
+            die(EXIT_IO, "cannot write %s: %s", shown(src_path), strerror(errno));
         const char *argv[64 + 5];
         int n = 0;
         argv[n++] = clang;
@@ -427,13 +445,13 @@ static void arm_from_opts(struct arm *a, const struct opts *o, char **file)
         return;
     }
     if (o->variant && !o->ndefines && !o->kernels_path)
-        die(EXIT_USAGE, "--variant %s: give what differs from the reference: -D NAME=VALUE or --kernels FILE", o->variant);
+        die(EXIT_USAGE, "--variant %s: give what differs from the reference: -D NAME=VALUE or --kernels FILE", shown(o->variant));
     if (!o->variant && !o->kernels_path)
         die(EXIT_USAGE, "-D makes a candidate: name it with --variant NAME (the ledger records it)");
     a->candidate = 1, a->diagnostic = o->diagnostic;
     if (o->kernels_path) {
         *file = read_file(o->kernels_path, NULL);
-        if (!*file) die(EXIT_USAGE, "cannot read --kernels %s: %s", o->kernels_path, strerror(errno));
+        if (!*file) die(EXIT_USAGE, "cannot read --kernels %s: %s", shown(o->kernels_path), strerror(errno));
         a->src = *file, a->src_name = o->kernels_path;
     }
     const char *base = o->kernels_path ? strrchr(o->kernels_path, '/') : NULL;

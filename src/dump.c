@@ -21,14 +21,14 @@ static void npy_write(const char *path, const char *descr, size_t size, int ndim
     int len = snprintf(head, sizeof head, "{'descr': '%s', 'fortran_order': False, 'shape': (%s), }", descr, dims);
     size_t total = 10 + (size_t)len + 1, pad = (64 - total % 64) % 64;   /* magic, version, length; the '\n' */
     FILE *f = fopen(path, "wb");
-    if (!f) die(EXIT_DEVICE, "--dump: cannot write %s: %s", path, strerror(errno));
+    if (!f) die(EXIT_IO, "--dump: cannot write %s: %s", shown(path), strerror(errno));
     uint16_t hl = (uint16_t)(len + pad + 1);
     unsigned char pre[10] = { 0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0, (unsigned char)(hl & 0xff),
                               (unsigned char)(hl >> 8) };   /* magic, version 1.0, header length */
     int ok = fwrite(pre, 1, 10, f) == 10 && fwrite(head, 1, (size_t)len, f) == (size_t)len;
     for (size_t i = 0; i < pad && ok; i++) ok = fputc(' ', f) != EOF;
     ok = ok && fputc('\n', f) != EOF && (n == 0 || fwrite(data, size, n, f) == n);
-    if (fclose(f) != 0 || !ok) die(EXIT_DEVICE, "--dump: cannot write %s: %s", path, strerror(errno));
+    if (fclose(f) != 0 || !ok) die(EXIT_IO, "--dump: cannot write %s: %s", shown(path), strerror(errno));
 }
 
 /* dir/name as a path (static storage: one at a time). */
@@ -112,7 +112,7 @@ static void dump_case(const struct run *r, const struct result *res, int idx)
     char dir[PATH_MAX];
     if (strcmp(r->o->command, "all") == 0) snprintf(dir, sizeof dir, "%s/case-%03d", r->o->dump_dir, idx);
     else snprintf(dir, sizeof dir, "%s", r->o->dump_dir);
-    if (mkdir_p(dir) != 0) die(EXIT_USAGE, "--dump %s: cannot create %s: %s", r->o->dump_dir, dir, strerror(errno));
+    if (mkdir_p(dir) != 0) die(EXIT_IO, "--dump: cannot create %s: %s", shown(dir), strerror(errno));
     char *text = NULL;
     size_t len = 0;
     FILE *m = open_memstream(&text, &len);
@@ -138,6 +138,6 @@ static void dump_case(const struct run *r, const struct result *res, int idx)
     fprintf(m, "]}\n");
     fclose(m);
     if (write_file_atomic(dump_path(dir, "manifest.json"), text, len) != 0)
-        die(EXIT_DEVICE, "--dump: cannot write %s/manifest.json: %s", dir, strerror(errno));
+        die(EXIT_IO, "--dump: cannot write %s/manifest.json: %s", shown(dir), strerror(errno));
     free(text);
 }

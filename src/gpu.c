@@ -261,9 +261,10 @@ static void gpu_check(const struct device *d, kg_res r, const char *what)
     if (r != 0) die(EXIT_DEVICE, "%s failed: %s (%d)", what, gpu_err_name(d, r), r);
 }
 
-/* Load a GPU runtime: CUDA first, then HIP.  Returns 0 with d->pf, d->rt and
- * d->rtc filled, or exits 3 naming every library tried. */
-static void gpu_load_runtime(struct device *d)
+/* Load a GPU runtime: CUDA first, then HIP.  Returns 0 with d->pf, d->rt
+ * and d->rtc filled, or -1 with `msg` saying that none was found and
+ * naming every library tried. */
+static int gpu_try_runtime(struct device *d, char *msg, size_t msg_n)
 {
     char tried[2048] = "", why[256] = "";
     for (int pf = 0; pf < PF_COUNT; pf++) {
@@ -280,10 +281,18 @@ static void gpu_load_runtime(struct device *d)
         }
         d->pf = (enum platform)pf;
         load_rtc(d->pf, &d->rtc);
-        return;
+        return 0;
     }
-    die(EXIT_NORUNTIME, "no GPU runtime found (tried %s%s%s); use --device cpu to run on the CPU",
-        tried, *why ? "; " : "", why);
+    snprintf(msg, msg_n, "no GPU runtime found (tried %s%s%s)", tried, *why ? "; " : "", why);
+    return -1;
+}
+
+/* Load a GPU runtime (gpu_try_runtime), or exit 3 naming every library
+ * tried. */
+static void gpu_load_runtime(struct device *d)
+{
+    char msg[2600];
+    if (gpu_try_runtime(d, msg, sizeof msg) != 0) die(EXIT_NORUNTIME, "%s; use --device cpu to run on the CPU", msg);
 }
 
 /* The compile target of a CUDA device: sm_XY, with the arch-specific "a"

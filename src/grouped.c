@@ -27,6 +27,8 @@ static int grouped_set(struct kcase *c, const char *key, const char *val)
     return gemm_set(c, key, val);   /* --dtype, --bwd */
 }
 
+/* Check a grouped case (groups given, not all empty; N and K given; sizes
+ * within bounds) and fill its label; exit 2 naming c->where if not. */
 static void grouped_finish(struct kcase *c)
 {
     if (!c->lens) die(EXIT_USAGE, "%s: grouped needs --groups M1,M2,... (sizes may be 0)", c->where);
@@ -36,6 +38,7 @@ static void grouped_finish(struct kcase *c)
         m += c->lens[i];
         lo = c->lens[i] < lo ? c->lens[i] : lo, hi = c->lens[i] > hi ? c->lens[i] : hi;
     }
+    if (m == 0) die(EXIT_USAGE, "%s: --groups: every group is empty: nothing to check", c->where);
     if (m > MAX_DIM) die(EXIT_USAGE, "%s: --groups: the sizes add up to %" PRIu64 ", more than %u rows",
                          c->where, m, MAX_DIM);
     if (m * k > MAX_ELEMS || g * k * n > MAX_ELEMS || m * n > MAX_ELEMS)

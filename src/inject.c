@@ -138,7 +138,7 @@ static void inject_check(struct opts *o, int default_repeat)
         char names[256] = "";
         for (size_t i = 0; i < N_INJECTS; i++)
             snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s", i ? ", " : "", INJECTS[i].name);
-        die(EXIT_USAGE, "--inject %s: unknown fault (%s)", o->inject, names);
+        die(EXIT_USAGE, "--inject %s: unknown fault (%s)", shown(o->inject), names);
     }
     if (inject_find(o->inject)->stage == INJ_REPEAT && o->repeat < 2)
         die(EXIT_USAGE, "--inject %s plants its fault in repeated runs: give --repeat 2 or more", o->inject);

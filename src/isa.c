@@ -465,7 +465,7 @@ static int cmd_isa(const struct opts *o, const char *sub)
     }
     enum platform pf = strncmp(arch, "sm_", 3) == 0 ? PF_CUDA : PF_HIP;
     if (pf == PF_HIP && strncmp(arch, "gfx", 3) != 0)
-        die(EXIT_USAGE, "--arch %s: expected sm_XY[a] (NVIDIA) or gfxNNN (AMD)", arch);
+        die(EXIT_USAGE, "--arch %s: expected sm_XY[a] (NVIDIA) or gfxNNN (AMD)", shown(arch));
     struct arm arm;
     char *file;
     arm_from_opts(&arm, o, &file);

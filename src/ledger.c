@@ -195,11 +195,30 @@ static char *ledger_read_fd(int fd, size_t *len)
     return s;
 }
 
-/* The whole ledger file at path, read under a shared lock (so never in the
- * middle of an append); NULL with errno set if it cannot be read. */
+/* Check what the ledger path names before any work: exit 2 if it is
+ * anything but a regular file (a directory, a device such as /dev/null, a
+ * FIFO), or, when must_exist, if there is nothing there.  Returns 1 if the
+ * file exists, 0 if it does not (it may then be created). */
+static int ledger_check_path(const char *path, int must_exist)
+{
+    struct stat st;
+    if (stat(path, &st) != 0) {
+        if (errno == ENOENT && !must_exist) return 0;
+        if (errno == ENOENT)
+            die(EXIT_USAGE, "no ledger at %s (nothing was measured there; --ledger FILE names another)", shown(path));
+        die(EXIT_USAGE, "cannot use the ledger %s: %s", shown(path), strerror(errno));
+    }
+    if (!S_ISREG(st.st_mode))
+        die(EXIT_USAGE, "the ledger %s is %s, not a regular file", shown(path), file_kind(st.st_mode));
+    return 1;
+}
+
+/* The whole ledger file at path (checked by ledger_check_path), read
+ * read-only under a shared lock (so never in the middle of an append);
+ * NULL with errno set if it cannot be read. */
 static char *ledger_read(const char *path, size_t *len)
 {
-    int fd = open(path, O_RDONLY);
+    int fd = open(path, O_RDONLY | O_NONBLOCK);
     if (fd < 0) return NULL;
     char *text = flock(fd, LOCK_SH) == 0 ? ledger_read_fd(fd, len) : NULL;
     int err = errno;
@@ -217,23 +236,41 @@ static void ledger_load(struct ledger *lg)
     size_t len = 0;
     char *text = ledger_read(lg->path, &len);
     if (!text && errno == ENOENT) return;
-    if (!text) die(EXIT_USAGE, "cannot read the ledger %s: %s", lg->path, strerror(errno));
+    if (!text) die(EXIT_USAGE, "cannot read the ledger %s: %s", shown(lg->path), strerror(errno));
     const char *why = NULL;
     long lines = 0, bad = ledger_walk(text, len, lg, &why, &lines, (char[65]){ 0 });
-    if (bad) die(EXIT_USAGE, "the ledger %s does not verify at line %ld: %s (kgate ledger verify)", lg->path, bad, why);
+    if (bad)
+        die(EXIT_USAGE, "the ledger %s does not verify at line %ld: %s (kgate ledger verify)", shown(lg->path), bad, why);
     free(text);
 }
 
-/* Open the ledger the options name (exit 2 before any work if it cannot be
- * written) and read it. */
+/* Open the ledger the options name for appends and read it: exit 2 before
+ * any work if it is not a regular file, cannot be written, or its
+ * <ledger>.objects directory (compile logs) cannot be made or written. */
 static void ledger_open(struct ledger *lg, const struct opts *o)
 {
     memset(lg, 0, sizeof *lg);
     lg->path = ledger_path(o);
     lg->budget = o->budget ? o->budget : BUDGET_DEFAULT;
-    int fd = open(lg->path, O_WRONLY | O_APPEND | O_CREAT, 0644);
-    if (fd < 0) die(EXIT_USAGE, "cannot write the ledger %s: %s", lg->path, strerror(errno));
+    ledger_check_path(lg->path, 0);
+    char dir[PATH_MAX];
+    if (snprintf(dir, sizeof dir, "%s.objects", lg->path) >= (int)sizeof dir)
+        die(EXIT_USAGE, "the ledger path %s is too long", shown(lg->path));
+    usable_dir(dir, "the ledger's objects directory");
+    int fd = open(lg->path, O_WRONLY | O_APPEND | O_CREAT | O_NONBLOCK, 0644);
+    if (fd < 0) die(EXIT_USAGE, "cannot write the ledger %s: %s", shown(lg->path), strerror(errno));
     close(fd);
+    ledger_load(lg);
+}
+
+/* Open the ledger the options name for reading only (ledger best): exit 2
+ * if there is none or it is not a regular file; nothing is created. */
+static void ledger_open_read(struct ledger *lg, const struct opts *o)
+{
+    memset(lg, 0, sizeof *lg);
+    lg->path = ledger_path(o);
+    lg->budget = o->budget ? o->budget : BUDGET_DEFAULT;
+    ledger_check_path(lg->path, 1);
     ledger_load(lg);
 }
 
@@ -368,13 +405,13 @@ static double ledger_band(const struct ledger *lg, const struct kcase *c, const 
 static long ledger_append(struct ledger *lg, const char *fields, const struct arm *a, const char *kase)
 {
     int fd = open(lg->path, O_RDWR | O_APPEND | O_CREAT, 0644);
-    if (fd < 0) die(EXIT_DEVICE, "cannot open the ledger %s: %s", lg->path, strerror(errno));
-    if (flock(fd, LOCK_EX) != 0) die(EXIT_DEVICE, "cannot lock the ledger %s: %s", lg->path, strerror(errno));
+    if (fd < 0) die(EXIT_IO, "cannot open the ledger %s: %s", shown(lg->path), strerror(errno));
+    if (flock(fd, LOCK_EX) != 0) die(EXIT_IO, "cannot lock the ledger %s: %s", shown(lg->path), strerror(errno));
     const char *hold = getenv("KGATE_TEST_LEDGER_HOLD");   /* tests: kill -9 while the lock is held */
     if (hold) fprintf(stderr, "kgate: holding the ledger lock (test)\n"), usleep((useconds_t)(atof(hold) * 1e6));
     size_t old = 0;
     char *text = ledger_read_fd(fd, &old), prev[65];
-    if (!text) die(EXIT_DEVICE, "cannot read the ledger %s: %s", lg->path, strerror(errno));
+    if (!text) die(EXIT_IO, "cannot read the ledger %s: %s", shown(lg->path), strerror(errno));
     const char *why = NULL;
     long lines = 0;
     lg->n = 0;
@@ -395,7 +432,8 @@ static long ledger_append(struct ledger *lg, const char *fields, const struct ar
     if (w != (ssize_t)len || fsync(fd) != 0) {
         int err = errno;
         if (w > 0 && ftruncate(fd, (off_t)old) != 0) err = errno;
-        die(EXIT_DEVICE, "writing the ledger %s failed: %s", lg->path, w < 0 || w == (ssize_t)len ? strerror(err) : "short write (cut back off)");
+        die(EXIT_IO, "writing the ledger %s failed: %s; nothing appended (disk full or I/O error)", shown(lg->path),
+            w < 0 || w == (ssize_t)len ? strerror(err) : "a short write, cut back off");
     }
     flock(fd, LOCK_UN);
     close(fd);
@@ -413,7 +451,7 @@ static void ledger_keep_log(const struct ledger *lg, const struct device *d, con
     snprintf(dir, sizeof dir, "%s.objects", lg->path);
     snprintf(path, sizeof path, "%s/%s.txt", dir, a->code.sha);
     if (access(path, F_OK) == 0) return;
-    if (mkdir_p(dir) != 0) die(EXIT_DEVICE, "cannot create %s: %s", dir, strerror(errno));
+    if (mkdir_p(dir) != 0) die(EXIT_IO, "cannot create %s: %s", shown(dir), strerror(errno));
     char *log = d->kind == DEV_GPU ? read_file(a->code.log_path, NULL) : NULL;
     char *text = NULL;
     size_t len = 0;
@@ -423,7 +461,7 @@ static void ledger_keep_log(const struct ledger *lg, const struct device *d, con
             d->kind == DEV_GPU ? a->code.bin_path : "none (CPU device)", a->code.size,
             log ? log : "(none)");
     fclose(f);
-    if (write_file_atomic(path, text, len) != 0) die(EXIT_DEVICE, "cannot write %s: %s", path, strerror(errno));
+    if (write_file_atomic(path, text, len) != 0) die(EXIT_IO, "cannot write %s: %s", shown(path), strerror(errno));
     free(text);
     free(log);
 }
@@ -497,8 +535,9 @@ static void ledger_write_case(struct ledger *lg, struct run *r, struct arm_case 
 static int ledger_verify(const char *path)
 {
     size_t len = 0;
+    ledger_check_path(path, 1);
     char *text = ledger_read(path, &len);
-    if (!text) die(EXIT_USAGE, "cannot read the ledger %s: %s", path, strerror(errno));
+    if (!text) die(EXIT_USAGE, "cannot read the ledger %s: %s", shown(path), strerror(errno));
     const char *why = NULL;
     char last[65];
     long lines = 0, bad = ledger_walk(text, len, NULL, &why, &lines, last);
@@ -524,8 +563,9 @@ static void cell_num(char *buf, size_t n, const char *line, const char *key, con
 static int ledger_table(const char *path)
 {
     size_t len = 0;
+    ledger_check_path(path, 1);
     char *text = ledger_read(path, &len);
-    if (!text) die(EXIT_USAGE, "cannot read the ledger %s: %s", path, strerror(errno));
+    if (!text) die(EXIT_USAGE, "cannot read the ledger %s: %s", shown(path), strerror(errno));
     const char *why = NULL;
     long lines = 0, bad = ledger_walk(text, len, NULL, &why, &lines, (char[65]){ 0 });
     printf("%5s %-20s %-40s %-14s %-10s %-12s %-7s %11s %7s %7s %-7s %6s\n", "line", "time (UTC)", "case", "arm",
@@ -562,8 +602,8 @@ static int ledger_table(const char *path)
 static int ledger_best(const struct opts *o)
 {
     struct ledger lg;
-    ledger_open(&lg, o);
-    if (!lg.n) die(EXIT_USAGE, "the ledger %s is empty or absent", lg.path);
+    ledger_open_read(&lg, o);
+    if (!lg.n) die(EXIT_USAGE, "the ledger %s is empty", shown(lg.path));
     for (size_t i = 0; i < lg.n; i++) {
         const char *kase = lg.line[i].kase;
         int first = 1;

@@ -34,7 +34,7 @@ static int q_one_of2(const struct kcase *c, const char *key, const char *val, co
 {
     if (strcmp(val, a) == 0) return 0;
     if (strcmp(val, b) == 0) return 1;
-    die(EXIT_USAGE, "%s: %s %s: %s", c->where, key, val, expected);
+    die(EXIT_USAGE, "%s: %s %s: %s", c->where, key, shown(val), expected);
 }
 
 /* Options of the low-precision path (--dtype with one of Q_NAMES,
@@ -56,7 +56,7 @@ static int q_set(struct kcase *c, const char *key, const char *val)
     if (strcmp(key, "--scaling") == 0) {
         int k = 0, n = (int)(sizeof QSCALING / sizeof *QSCALING);
         while (k < n && strcmp(val, QSCALING[k]) != 0) k++;
-        if (k == n) die(EXIT_USAGE, "%s: --scaling %s: expected tensor, row, block or mx", c->where, val);
+        if (k == n) die(EXIT_USAGE, "%s: --scaling %s: expected tensor, row, block or mx", c->where, shown(val));
         c->scaling = (enum qscaling)k, c->q_given |= Q_GIVEN_SCALING;
         return 1;
     }

@@ -31,10 +31,66 @@ struct opts {
     int untimed;                  /* gate only, no timer (--seeds: every seed after the first) */
     int wide;                     /* --wide: every gate's column, the metrics, geometry and timer lines */
     double timeout;               /* --timeout S: the watchdog's limit per launch (0: from the case) */
+    unsigned cmd_kind;            /* the command's K_* bit (main sets it; 0: no check, as for shapes lines) */
+    unsigned long long seen;      /* the OPT_ROWS given so far: each may be given once (-D excepted) */
 };
 
-/* Global options: set in `o` and return how many arguments were used (1 or
- * 2), or 0 if argv[i] is not a global option. */
+/* The kinds of command, as bits: which commands an option means something
+ * to (OPT_ROWS). */
+enum { K_CASE = 1, K_COMPARE = 2, K_NOISE = 4, K_ALL = 8, K_LEDGER = 16, K_DEVICES = 32, K_SELFTEST = 64,
+       K_ISA = 128 };
+#define K_RUNS (K_CASE | K_COMPARE | K_NOISE | K_ALL)   /* the commands that run cases */
+static const char *const K_NAMES[] = { "gemm, grouped, attn", "compare", "noise", "all", "ledger", "devices",
+                                       "selftest", "isa" };
+
+/* Every run option: whether it takes a value, and the commands it means
+ * something to.  An option given to any other command, or given twice
+ * (except -D, which adds a definition each time), is refused. */
+static const struct opt_row { const char *key; int takes_value; unsigned cmds; } OPT_ROWS[] = {
+    { "--device", 1, K_RUNS | K_SELFTEST | K_ISA },  { "--kernels", 1, K_RUNS | K_SELFTEST | K_ISA },
+    { "--shapes", 1, K_ALL },                       { "--seed", 1, K_RUNS | K_SELFTEST },
+    { "--rtol", 1, K_RUNS },                        { "--atol", 1, K_RUNS },
+    { "--why", 1, K_RUNS },                         { "--inject", 1, K_RUNS },
+    { "--arch", 1, K_ISA },                         { "--repeat", 1, K_RUNS },
+    { "--trades-precision", 1, K_RUNS },            { "--variant", 1, K_RUNS | K_SELFTEST | K_ISA },
+    { "-D", 1, K_RUNS | K_SELFTEST | K_ISA },       { "--diagnostic", 0, K_RUNS | K_SELFTEST | K_ISA },
+    { "--ledger", 1, K_RUNS | K_LEDGER },           { "--budget", 1, K_RUNS },
+    { "--expect", 1, K_RUNS | K_ISA },              { "--rounds", 1, K_COMPARE | K_NOISE },
+    { "--dump", 1, K_CASE | K_ALL },                { "--seeds", 1, K_CASE | K_ALL },
+    { "--json", 0, K_RUNS },                        { "--full", 0, K_RUNS | K_SELFTEST },
+    { "--timeout", 1, K_RUNS },                     { "--wide", 0, K_RUNS },
+};
+
+/* The row of OPT_ROWS for argument `key` ("-DNAME" is -D's), or -1. */
+static int opts_row(const char *key)
+{
+    for (size_t i = 0; i < sizeof OPT_ROWS / sizeof *OPT_ROWS; i++)
+        if (strcmp(key, OPT_ROWS[i].key) == 0 || (OPT_ROWS[i].key[1] == 'D' && strncmp(key, "-D", 2) == 0))
+            return (int)i;
+    return -1;
+}
+
+/* Exit 2 if option row `row` (given as `key`) means nothing to the command
+ * of o (o->cmd_kind) or was given before; note it as given. */
+static void opts_check_use(struct opts *o, int row, const char *key)
+{
+    if (!o->cmd_kind) return;
+    unsigned cmds = OPT_ROWS[row].cmds;
+    if (!(cmds & o->cmd_kind)) {
+        char list[160] = "";
+        int n = 0, k = 0;
+        for (unsigned b = 0; b < 8; b++) n += (cmds >> b) & 1;
+        for (unsigned b = 0; b < 8; b++)
+            if ((cmds >> b) & 1)
+                snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", k == 0 ? "" : k == n - 1 ? " and " : ", ",
+                         K_NAMES[b]), k++;
+        die(EXIT_USAGE, "%s: %s does not take it (only %s %s)", key, o->command, list, n == 1 ? "does" : "do");
+    }
+    if (OPT_ROWS[row].key[1] == 'D') return;
+    if (o->seen & 1ull << row) die(EXIT_USAGE, "%s is given twice: give it once", key);
+    o->seen |= 1ull << row;
+}
+
 /* A -D definition: NAME or NAME=VALUE, NAME an identifier, VALUE without
  * spaces or quotes (it reaches the compiler as one option). */
 static int opts_define_ok(const char *d)
@@ -57,49 +113,49 @@ static int opts_parse_variant(struct opts *o, const char *key, const char *val)
     if (strcmp(key, "--diagnostic") == 0) { o->diagnostic = 1; return 1; }
     if (strncmp(key, "-D", 2) == 0) {
         const char *d = key[2] ? key + 2 : val;
-        if (!opts_define_ok(d)) die(EXIT_USAGE, "-D %s: expected NAME or NAME=VALUE (an identifier; no spaces or quotes)", d);
-        if (o->ndefines == MAX_DEFINES) die(EXIT_USAGE, "-D %s: at most %d definitions", d, MAX_DEFINES);
+        if (!opts_define_ok(d)) die(EXIT_USAGE, "-D %s: expected NAME or NAME=VALUE (an identifier; no spaces or quotes)", shown(d));
+        if (o->ndefines == MAX_DEFINES) die(EXIT_USAGE, "-D %s: at most %d definitions", shown(d), MAX_DEFINES);
         o->defines[o->ndefines++] = d;
         return key[2] ? 1 : 2;
     }
     if (strcmp(key, "--variant") == 0) {
         size_t n = strspn(val, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-.");
         if (!*val || val[n] || n > 48)
-            die(EXIT_USAGE, "--variant %s: expected a name of up to 48 letters, digits, '_', '-' and '.'", val);
+            die(EXIT_USAGE, "--variant %s: expected a name of up to 48 letters, digits, '_', '-' and '.'", shown(val));
         o->variant = val;
         return 2;
     }
     if (strcmp(key, "--ledger") == 0) { o->ledger_path = val; return 2; }
     if (strcmp(key, "--budget") == 0) {
-        if (parse_u64(val, 1, 1000, &v) != 0) die(EXIT_USAGE, "--budget %s: expected a whole number from 1 to 1000", val);
+        if (parse_u64(val, 1, 1000, &v) != 0) die(EXIT_USAGE, "--budget %s: expected a whole number from 1 to 1000", shown(val));
         o->budget = (int)v;
         return 2;
     }
     if (strcmp(key, "--rounds") == 0) {
-        if (parse_u64(val, 2, 100, &v) != 0) die(EXIT_USAGE, "--rounds %s: expected a whole number from 2 to 100", val);
+        if (parse_u64(val, 2, 100, &v) != 0) die(EXIT_USAGE, "--rounds %s: expected a whole number from 2 to 100", shown(val));
         o->rounds = (int)v;
         return 2;
     }
     if (strcmp(key, "--expect") == 0) {
-        if (matrix_class(val) < 0) die(EXIT_USAGE, "--expect %s: expected wgmma, mma, mfma or wmma", val);
+        if (matrix_class(val) < 0) die(EXIT_USAGE, "--expect %s: expected wgmma, mma, mfma or wmma", shown(val));
         o->expect = val;
         return 2;
     }
     return 0;
 }
 
+/* Run option argv[i] (and its value argv[i + 1]) into o: returns how many
+ * arguments were used (1 or 2), or 0 if argv[i] is not a run option.  Exit
+ * 2 on a bad or missing value, an option given twice (-D excepted), or one
+ * that means nothing to the command (o->cmd_kind, when set). */
 static int opts_parse(struct opts *o, int argc, char **argv, int i)
 {
     const char *key = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
-    static const char *const with_value[] = { "--device", "--kernels", "--shapes", "--seed",
-                                              "--rtol", "--atol", "--why", "--inject", "--arch",
-                                              "--repeat", "--trades-precision", "--variant", "-D",
-                                              "--ledger", "--budget", "--expect", "--rounds", "--dump",
-                                              "--seeds", "--timeout" };
-    int takes = 0;
-    for (size_t k = 0; k < sizeof with_value / sizeof *with_value; k++)
-        if (strcmp(key, with_value[k]) == 0) takes = 1;
-    if (takes && !val) die(EXIT_USAGE, "%s needs a value (see kgate --help)", key);
+    int row = opts_row(key);
+    if (row < 0) return 0;
+    if (OPT_ROWS[row].takes_value && !(key[1] == 'D' && key[2]) && !val)
+        die(EXIT_USAGE, "%s needs a value (see kgate --help)", key);
+    opts_check_use(o, row, key);
     if (strcmp(key, "--json") == 0) { o->json = 1; return 1; }
     if (strcmp(key, "--full") == 0) { o->full = 1; return 1; }
     if (strcmp(key, "--wide") == 0) { o->wide = 1; return 1; }
@@ -112,28 +168,28 @@ static int opts_parse(struct opts *o, int argc, char **argv, int i)
         uint64_t v;
         if (strcmp(val, "cpu") == 0) o->device_cpu = 1;
         else if (parse_u64(val, 0, 1024, &v) == 0) o->device_index = (int)v, o->device_cpu = 0;
-        else die(EXIT_USAGE, "--device %s: expected a device number or 'cpu'", val);
+        else die(EXIT_USAGE, "--device %s: expected a device number or 'cpu'", shown(val));
         return 2;
     }
     if (strcmp(key, "--seed") == 0) {
         if (parse_u64(val, 0, UINT64_MAX, &o->seed) != 0)
-            die(EXIT_USAGE, "--seed %s: expected a non-negative whole number", val);
+            die(EXIT_USAGE, "--seed %s: expected a whole number from 0 to 18446744073709551615 (2^64 - 1)", shown(val));
         return 2;
     }
     if (strcmp(key, "--repeat") == 0) {
         uint64_t v;
-        if (parse_u64(val, 1, 1000, &v) != 0) die(EXIT_USAGE, "--repeat %s: expected a whole number from 1 to 1000", val);
+        if (parse_u64(val, 1, 1000, &v) != 0) die(EXIT_USAGE, "--repeat %s: expected a whole number from 1 to 1000", shown(val));
         o->repeat = (int)v;
         return 2;
     }
     if (strcmp(key, "--rtol") == 0 || strcmp(key, "--atol") == 0) {
         double *dst = key[2] == 'r' ? &o->rtol : &o->atol;
-        if (parse_nonneg(val, dst) != 0) die(EXIT_USAGE, "%s %s: expected a number >= 0", key, val);
+        if (parse_nonneg(val, dst) != 0) die(EXIT_USAGE, "%s %s: expected a number >= 0", key, shown(val));
         return 2;
     }
     if (strcmp(key, "--seeds") == 0) {
         uint64_t v;
-        if (parse_u64(val, 1, 1000, &v) != 0) die(EXIT_USAGE, "--seeds %s: expected a whole number from 1 to 1000", val);
+        if (parse_u64(val, 1, 1000, &v) != 0) die(EXIT_USAGE, "--seeds %s: expected a whole number from 1 to 1000", shown(val));
         o->seeds = (int)v;
         return 2;
     }
@@ -144,11 +200,11 @@ static int opts_parse(struct opts *o, int argc, char **argv, int i)
     }
     if (strcmp(key, "--kernels") == 0) { o->kernels_path = val; return 2; }
     if (strcmp(key, "--shapes") == 0) { o->shapes_path = val; return 2; }
-    if (strcmp(key, "--why") == 0) { o->why = val; return 2; }
+    if (strcmp(key, "--why") == 0) { check_reason(key, val); o->why = val; return 2; }
     if (strcmp(key, "--inject") == 0) { o->inject = val; return 2; }
     if (strcmp(key, "--arch") == 0) { o->arch = val; return 2; }
     if (strcmp(key, "--trades-precision") == 0) {
-        if (!*val) die(EXIT_USAGE, "--trades-precision needs a reason");
+        check_reason(key, val);
         o->trades_precision = val;
         return 2;
     }
@@ -162,7 +218,8 @@ static const char USAGE[] =
     "CPU references; a time is printed only for a case that passed every gate.\n"
     "\n"
     "commands:\n"
-    "  all       [--shapes FILE] [--seeds N] every case of a shapes file (default shapes.txt),\n"
+    "  all       [--shapes FILE] [--seeds N] every case of a shapes file (default ./shapes.txt, else\n"
+    "                                        shapes.txt beside the kgate binary; at most 1 MiB),\n"
     "                                        each run 3 times (2 on --device cpu) unless --repeat;\n"
     "                                        --seeds N: on seeds --seed .. +N-1 (after the first\n"
     "                                        gated, not timed), and how many each case passed\n"
@@ -180,7 +237,8 @@ static const char USAGE[] =
     "  noise     CASE                        the A/A band: the arm timed against a copy of itself\n"
     "  ledger    [verify | best]             the ledger as a table; check its hash chain; the best\n"
     "                                        correct checkpoint per case\n"
-    "  devices                               list the GPUs the runtime sees, and the CPU\n"
+    "  devices                               list the CPU and the GPUs the runtime sees (exit 0 with\n"
+    "                                        the CPU alone when no GPU runtime is found)\n"
     "  selftest                              prove every gate against clean runs and planted faults\n"
     "  isa       [--arch A] [--expect C]     compile kernels.hip for A (sm_90a, gfx942, ...; default\n"
     "                                        GPU 0; gfx* without hiprtc: clang offline) and list per\n"
@@ -189,7 +247,8 @@ static const char USAGE[] =
     "                                        kernel has them (always when no disassembler can count)\n"
     "  codec     FORMAT [--fp8 ocp|fnuz] (--decode-all | X ...)\n"
     "                                        ref.c's codecs: e4m3, e5m2, e4m3fnuz, e5m2fnuz, e2m1,\n"
-    "                                        e8m0 (decode only); values from stdin when none given\n"
+    "                                        e8m0 (decode only); values from stdin, one a line, when\n"
+    "                                        none given\n"
     "\n"
     "case options:\n"
     "  --dtype D        f32, f16, bf16 (default bf16; attn: f16, bf16); inputs and outputs,\n"
@@ -198,14 +257,16 @@ static const char USAGE[] =
     "                   T = A stored [K][M], B stored [N][K].  grouped: NN (B [G][K][N]) or\n"
     "                   NT (B [G][N][K]); A is [sum M][K]\n"
     "  --shape MxNxK    gemm; grouped: NxK.  Each dimension 1..1048576\n"
-    "  --groups LIST    grouped: the group sizes M_g, comma-separated, 0 allowed (up to 4096)\n"
+    "  --groups LIST    grouped: the group sizes M_g, comma-separated, 0 allowed (up to 4096\n"
+    "                   groups; not all 0)\n"
     "  --seq Sq[:Sk]    attn: query and key length of every sequence (--batch B of them, default 1)\n"
-    "  --seqlens LIST   attn: varlen batch, one entry per sequence: S, or Sq:Sk (0 allowed)\n"
+    "  --seqlens LIST   attn: varlen batch, one entry per sequence: S, or Sq:Sk (0 allowed; at\n"
+    "                   most 4096 entries, and some sequence with queries and keys)\n"
     "  --heads Hq[:Hkv] attn: query heads (up to 1024), KV heads (Hq a multiple of Hkv: MHA,\n"
     "                   GQA, MQA)\n"
     "  --dim D          attn: head dim, 1..256\n"
     "  --causal         attn: causal mask, bottom-right aligned when Sq != Sk\n"
-    "  --scale X        attn: softmax scale (default 1/sqrt(D))\n"
+    "  --scale X        attn: softmax scale, > 0 and at most 1e4 (default 1/sqrt(D))\n"
     "  --bwd            the backward outputs too, each gated\n"
     "  --inputs NAME    uniform (in [-1,1), max|x| = 1), normal (N(0,1/3)) or scaled (row, block\n"
     "                   and outlier-channel magnitudes spanning 2^+-8; the default of fp8 and MX)\n"
@@ -220,15 +281,17 @@ static const char USAGE[] =
     "\n"
     "run options:\n"
     "  --device N|cpu   GPU N (default 0), or cpu: ref.c's candidate runs the same pipeline\n"
-    "  --kernels FILE   compile FILE instead of the embedded kernels.hip (same entry points)\n"
-    "  --seed N         input seed (default 42; printed)\n"
+    "  --kernels FILE   compile FILE instead of the embedded kernels.hip (same entry points;\n"
+    "                   a GPU device only: the CPU device always runs ref.c's candidate)\n"
+    "  --seed N         input seed, 0..2^64-1 (default 42; printed)\n"
     "  --repeat N       run each case N times on the same inputs (1..1000): outputs must be\n"
     "                   bitwise equal, or, for kernels that declare atomics, pass every gate\n"
     "  --full           check every element (default: all up to 2^31 multiply-adds per output,\n"
     "                   a tile-covering sample above)\n"
     "  --rtol X --atol Y  allclose tolerances (defaults: f32 1e-4, f16/bf16 1e-2; attention\n"
     "                   gradients: see README); looser than the default needs --why \"reason\"\n"
-    "  --why TEXT       the reason for a looser tolerance, printed in the report\n"
+    "  --why TEXT       the reason for a looser tolerance, printed in the report (UTF-8 text,\n"
+    "                   not blank; only with --rtol or --atol)\n"
     "  --inject KIND    plant a fault in the candidate's output (compare: the candidate arm's;\n"
     "                   noise: the first arm's): tile, tail, nan, bias, drop,\n"
     "                   row, unwritten, outside, group, mask, race, round; low precision:\n"
@@ -239,6 +302,8 @@ static const char USAGE[] =
     "                   CPU candidate's at 1 GFLOP/s)); its case is reported hung, the run goes on\n"
     "  --wide           the full table: every gate's column, SNRs, rel-l2, the timer's spread,\n"
     "                   and geometry and timer lines under each timed row\n"
+    "  --expect C       a gate: each arm's code object must hold matrix instructions of class C\n"
+    "                   (wgmma, mma, mfma, wmma), or the case fails (the CPU device has none)\n"
     "  --json           one JSON object per case on stdout (the summary goes to stderr)\n"
     "  --dump DIR       write inputs, outputs and double references as .npy files and a\n"
     "                   manifest (all: DIR/case-NNN) for bench/oracle.py\n"
@@ -247,18 +312,23 @@ static const char USAGE[] =
     "  --variant NAME   the candidate's name; with -D or --kernels it makes a candidate arm\n"
     "  -D NAME[=VALUE]  a definition for the candidate's compile (repeatable; e.g. GEMM_BM=128)\n"
     "  --diagnostic     the variant counts against the budget but is not deliverable\n"
-    "  --rounds N       compare and noise: interleaved rounds (2..100, default 10)\n"
+    "  --rounds N       compare and noise: interleaved rounds (2..100, default 10); faster or\n"
+    "                   slower need at least 7 (below that the verdict is parity)\n"
     "  --ledger FILE    the ledger (default ./kgate.ledger; kept by compare and noise, and by\n"
     "                   any run of a candidate or given --ledger)\n"
-    "  --budget N       distinct candidate code objects the ledger may hold (default 3); a new\n"
-    "                   one beyond it is refused with exit 4\n"
+    "  --budget N       distinct candidate code objects the ledger may hold (1..1000, default 3);\n"
+    "                   a new one beyond it is refused with exit 4\n"
+    "An option may be given once (-D excepted), and only to a command it means something to.\n"
     "\n"
     "exit: 0 every gate passed (skipped cases: the device lacks their format), 1 a gate failed,\n"
     "      2 bad usage or input, 3 no GPU runtime, 4 budget spent,\n"
     "      5 device, kernel or compiler error (a case that faulted or hung: the run goes on,\n"
-    "        and 5 outranks 1)\n"
-    "environment: KGATE_CACHE (code-object cache dir), KGATE_THREADS, KGATE_NVRTC,\n"
-    "      KGATE_HIPRTC, KGATE_CUDA, KGATE_HIP (library paths), KGATE_COMPILE_TIMEOUT (s)\n";
+    "        and 5 outranks 1), 6 a file could not be written (ledger, cache, dump): disk\n"
+    "        full or I/O error\n"
+    "environment: KGATE_CACHE (code-object cache dir; else $XDG_CACHE_HOME/kgate, else\n"
+    "      ~/.cache/kgate, else ./.kgate-cache when HOME is unset), KGATE_THREADS (1..256),\n"
+    "      KGATE_NVRTC, KGATE_HIPRTC, KGATE_CUDA, KGATE_HIP (library paths),\n"
+    "      KGATE_COMPILE_TIMEOUT (seconds, 1..86400, default 600)\n";
 
 /* Print the part of USAGE that starts at the line beginning with `head`
  * and ends before the first line for which `end` says so; 0 if there is no
@@ -356,16 +426,21 @@ static void opts_close_device(struct device *d)
     d->flush = d->clock_buf = 0;
 }
 
-/* kgate devices: every GPU the runtime sees, and the CPU. */
+/* kgate devices: the CPU, and every GPU the runtime sees.  With no GPU
+ * runtime it says so on stderr and still exits 0: the CPU device is there. */
 static int cmd_devices(const struct opts *o, const char *sub)
 {
     (void)o, (void)sub;
     struct device d;
     memset(&d, 0, sizeof d);
-    char cpu[256];
+    char cpu[256], msg[2600];
     cpu_name(cpu, sizeof cpu);
     printf("cpu  %s (--device cpu)\n", cpu);
-    gpu_load_runtime(&d);
+    if (gpu_try_runtime(&d, msg, sizeof msg) != 0) {
+        fflush(stdout);
+        fprintf(stderr, "kgate: %s; only the CPU device is available\n", msg);
+        return EXIT_PASS;
+    }
     int n = 0;
     d.rt.dev_count(&n);
     for (int i = 0; i < n; i++) {

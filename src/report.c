@@ -499,8 +499,9 @@ static void print_rounds(const struct arm_case *ac, const struct rounds *rd)
     char band[96];
     if (rd->band_line > 0) snprintf(band, sizeof band, "band +-%.2f%% (ledger line %ld)", 100 * rd->band, rd->band_line);
     else snprintf(band, sizeof band, "band +-%.2f%% (measured now)", 100 * rd->band);
-    printf("compare: %s / %s time %.4f (%.4f - %.4f over %d rounds), %s: %s\n", ac[rd->cand].arm->name,
-           ac[0].arm->name, rd->ratio_med, rd->ratio_lo, rd->ratio_hi, rd->n, band, rd->verdict);
+    printf("compare: %s / %s time %.4f (%.4f - %.4f over %d rounds), %s: %s%s\n", ac[rd->cand].arm->name,
+           ac[0].arm->name, rd->ratio_med, rd->ratio_lo, rd->ratio_hi, rd->n, band, rd->verdict,
+           rd->n < VERDICT_MIN_ROUNDS ? " (faster/slower need at least 7 rounds)" : "");
 }
 
 /* Report a case on its arms: table rows (with an arm header line when

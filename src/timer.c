@@ -259,11 +259,18 @@ static void rounds_spread(const double *v, int n, double *med, double *lo, doubl
     *med = sorted_median(x, n), *lo = x[0], *hi = x[n - 1];
 }
 
+/* Fewer rounds than this give parity whatever the ratios: with every round
+ * on one side of 1 as the rule, a no-change variant passes it by chance with
+ * probability 2^-n (one-sided), below 0.01 only from n = 7. */
+#define VERDICT_MIN_ROUNDS 7
+
 /* The verdict of a time ratio (candidate / reference) against the A/A
  * band: faster or slower only outside the band with every round on the
- * same side of 1; at parity otherwise. */
+ * same side of 1, over at least VERDICT_MIN_ROUNDS rounds; at parity
+ * otherwise. */
 static const char *rounds_verdict(const struct rounds *rd)
 {
+    if (rd->n < VERDICT_MIN_ROUNDS) return "parity";
     if (rd->ratio_med < 1 - rd->band && rd->ratio_hi < 1) return "faster";
     if (rd->ratio_med > 1 + rd->band && rd->ratio_lo > 1) return "slower";
     return "parity";

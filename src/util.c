@@ -40,6 +40,21 @@ static _Noreturn void die(int code, const char *fmt, ...)
     exit(code);
 }
 
+/* A value the user gave, as a message echoes it: whole when it is at most
+ * 60 bytes, else its first 60 and "...".  The result lives in one of 4
+ * rotating buffers, so one message may show up to 4 values. */
+static const char *shown(const char *s)
+{
+    static char ring[4][64 + 4];
+    static unsigned next;
+    if (!s) return "";
+    if (strlen(s) <= 60) return s;
+    char *b = ring[next++ % 4];
+    snprintf(b, sizeof ring[0], "%.60s...", s);
+    return b;
+}
+
+/* Allocate n bytes (1 when n is 0); exit 5 when the host has no memory. */
 static void *xmalloc(size_t n)
 {
     void *p = malloc(n ? n : 1);
@@ -47,6 +62,8 @@ static void *xmalloc(size_t n)
     return p;
 }
 
+/* Allocate n zeroed elements of `size` bytes; exit 5 when the host has no
+ * memory. */
 static void *xcalloc(size_t n, size_t size)
 {
     void *p = calloc(n ? n : 1, size ? size : 1);
@@ -54,6 +71,7 @@ static void *xcalloc(size_t n, size_t size)
     return p;
 }
 
+/* Seconds on the monotonic clock. */
 static double now_s(void)
 {
     struct timespec ts;
@@ -95,6 +113,7 @@ static float rng_sym(uint64_t key, uint64_t i)
     return (float)(rng_at(key, i) >> 40) * 0x1p-23f - 1.0f;
 }
 
+/* Fold the bytes of s into hash h. */
 static uint64_t hash_str(uint64_t h, const char *s)
 {
     while (*s) h = mix64(h ^ (unsigned char)*s++);
@@ -186,26 +205,41 @@ static void sha256_text(const char *s, size_t n, char out[65])
 
 /* --- files --- */
 
-/* Read a whole file; NULL (errno set) if it cannot be read. */
-static char *read_file(const char *path, size_t *len)
+/* Read a whole file of at most `max` bytes (0: no limit) into a new
+ * NUL-terminated string, its length in *len (when len is not NULL; the text
+ * may hold NUL bytes).  NULL with errno set if it cannot be read: EISDIR for
+ * a directory, EFBIG when it holds more than max bytes (it reads at most
+ * max + 1, so /dev/zero is refused quickly), else the error of the read. */
+static char *read_file_max(const char *path, size_t max, size_t *len)
 {
     FILE *f = fopen(path, "rb");
     if (!f) return NULL;
+    struct stat st;
+    if (fstat(fileno(f), &st) == 0 && S_ISDIR(st.st_mode)) { fclose(f); errno = EISDIR; return NULL; }
     size_t cap = 1 << 16, n = 0;
     char *buf = xmalloc(cap + 1);
     size_t got;
-    while ((got = fread(buf + n, 1, cap - n, f)) > 0) {
+    for (;;) {
+        size_t want = cap - n;
+        if (max && want > max + 1 - n) want = max + 1 - n;
+        if (want == 0) break;
+        if ((got = fread(buf + n, 1, want, f)) == 0) break;
         n += got;
+        if (max && n > max) break;
         if (n == cap) buf = realloc(buf, (cap *= 2) + 1);
-        if (!buf) die(EXIT_DEVICE, "out of host memory reading %s", path);
+        if (!buf) die(EXIT_DEVICE, "out of host memory reading %s", shown(path));
     }
-    int err = ferror(f);
+    int err = ferror(f) ? (errno ? errno : EIO) : 0;
     fclose(f);
-    if (err) { free(buf); errno = EIO; return NULL; }
+    if (!err && max && n > max) err = EFBIG;
+    if (err) { free(buf); errno = err; return NULL; }
     buf[n] = 0;
     if (len) *len = n;
     return buf;
 }
+
+/* Read a whole file, any size; NULL (errno set) if it cannot be read. */
+static char *read_file(const char *path, size_t *len) { return read_file_max(path, 0, len); }
 
 /* Write a file atomically (temporary file, then rename); 0 on success. */
 static int write_file_atomic(const char *path, const void *data, size_t n)
@@ -218,6 +252,13 @@ static int write_file_atomic(const char *path, const void *data, size_t n)
     ok &= fclose(f) == 0;
     if (!ok || rename(tmp, path) != 0) { unlink(tmp); return -1; }
     return 0;
+}
+
+/* What a file of mode `mode` is, for a message ("a directory", ...). */
+static const char *file_kind(mode_t mode)
+{
+    return S_ISREG(mode) ? "a regular file" : S_ISDIR(mode) ? "a directory" : S_ISCHR(mode) ? "a character device"
+         : S_ISBLK(mode) ? "a block device" : S_ISFIFO(mode) ? "a FIFO" : S_ISSOCK(mode) ? "a socket" : "not a file";
 }
 
 /* mkdir -p; 0 on success. */
@@ -234,6 +275,18 @@ static int mkdir_p(const char *path)
     return mkdir(buf, 0755) != 0 && errno != EEXIST ? -1 : 0;
 }
 
+/* Make directory `dir` (and its parents) if it is not there, and check it
+ * is a directory kgate can write into; exit 2 naming `what` (e.g. "--dump
+ * DIR") and saying what is wrong if not. */
+static void usable_dir(const char *dir, const char *what)
+{
+    struct stat st;
+    if (mkdir_p(dir) != 0) die(EXIT_USAGE, "%s %s: cannot create it: %s", what, shown(dir), strerror(errno));
+    if (stat(dir, &st) != 0) die(EXIT_USAGE, "%s %s: %s", what, shown(dir), strerror(errno));
+    if (!S_ISDIR(st.st_mode)) die(EXIT_USAGE, "%s %s: it is %s, not a directory", what, shown(dir), file_kind(st.st_mode));
+    if (access(dir, W_OK | X_OK) != 0) die(EXIT_USAGE, "%s %s: cannot write into it: %s", what, shown(dir), strerror(errno));
+}
+
 /* --- strict parsers and JSON writers --- */
 
 /* Strictly parse a decimal integer in [lo, hi]; 0 on success. */
@@ -243,8 +296,9 @@ static int parse_u64(const char *s, uint64_t lo, uint64_t hi, uint64_t *out)
     uint64_t v = 0;
     for (const char *p = s; *p; p++) {
         if (*p < '0' || *p > '9') return -1;
-        if (v > (UINT64_MAX - 9) / 10) return -1;
-        v = v * 10 + (uint64_t)(*p - '0');
+        uint64_t digit = (uint64_t)(*p - '0');
+        if (v > (UINT64_MAX - digit) / 10) return -1;   /* v * 10 + digit would wrap */
+        v = v * 10 + digit;
     }
     if (v < lo || v > hi) return -1;
     *out = v;
@@ -270,15 +324,59 @@ static void json_num(FILE *f, const char *key, double v, int comma)
     else fprintf(f, "\"%s\":null%s", key, comma ? "," : "");
 }
 
+/* The length of the UTF-8 sequence that starts at s (1..4), or 0 if s does
+ * not start a valid one (overlong forms, surrogates and code points above
+ * U+10FFFF are invalid). */
+static int utf8_len(const unsigned char *s)
+{
+    unsigned c = s[0], cp, n;
+    if (c < 0x80) return 1;
+    if (c >= 0xc2 && c <= 0xdf) n = 2, cp = c & 0x1f;
+    else if (c >= 0xe0 && c <= 0xef) n = 3, cp = c & 0x0f;
+    else if (c >= 0xf0 && c <= 0xf4) n = 4, cp = c & 0x07;
+    else return 0;
+    for (unsigned i = 1; i < n; i++) {
+        if ((s[i] & 0xc0) != 0x80) return 0;
+        cp = cp << 6 | (s[i] & 0x3f);
+    }
+    if ((n == 3 && (cp < 0x800 || (cp >= 0xd800 && cp <= 0xdfff))) || (n == 4 && (cp < 0x10000 || cp > 0x10ffff)))
+        return 0;
+    return (int)n;
+}
+
+/* A string member of a JSON object: "key":"s" and, with comma, a ','.
+ * Quotes, backslashes and control characters are escaped; a byte that is
+ * not part of valid UTF-8 is written as U+FFFD, so the output is always
+ * valid JSON. */
 static void json_str(FILE *f, const char *key, const char *s, int comma)
 {
     fprintf(f, "\"%s\":\"", key);
-    for (; *s; s++) {
-        if (*s == '"' || *s == '\\') fprintf(f, "\\%c", *s);
-        else if ((unsigned char)*s < 0x20) fprintf(f, "\\u%04x", *s);
-        else fputc(*s, f);
+    for (const unsigned char *p = (const unsigned char *)s; *p;) {
+        int n = utf8_len(p);
+        if (*p == '"' || *p == '\\') fprintf(f, "\\%c", *p);
+        else if (*p < 0x20 || *p == 0x7f) fprintf(f, "\\u%04x", *p);
+        else if (n == 0) fputs("\\ufffd", f);
+        else fwrite(p, 1, (size_t)n, f);
+        p += n ? n : 1;
     }
     fprintf(f, "\"%s", comma ? "," : "");
+}
+
+/* Free text a user gives as a reason (--why, --trades-precision), checked
+ * for the report, --json and the ledger: exit 2 naming `flag` if it is
+ * empty or only blanks, holds a control character or invalid UTF-8, or is
+ * longer than 1000 bytes. */
+static void check_reason(const char *flag, const char *s)
+{
+    const unsigned char *p = (const unsigned char *)s;
+    int blank = 1;
+    if (strlen(s) > 1000) die(EXIT_USAGE, "%s %s: at most 1000 bytes", flag, shown(s));
+    for (int n; *p; p += n) {
+        if (*p < 0x20 || *p == 0x7f) die(EXIT_USAGE, "%s: the reason holds a control character (byte 0x%02x)", flag, *p);
+        if (!(n = utf8_len(p))) die(EXIT_USAGE, "%s: the reason is not valid UTF-8 (byte 0x%02x)", flag, *p);
+        blank &= *p == ' ';
+    }
+    if (blank) die(EXIT_USAGE, "%s needs a reason (not empty, not only blanks)", flag);
 }
 
 /* --- child processes: tools run without a shell --- */
