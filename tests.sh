@@ -76,6 +76,7 @@ golden_write() {
         { cat "$g.out"; grep '^kgate: ' "$g.err" | sed 's/^/stderr: /'; cat "$g.rc"; } |
             grep -Ev '^  (device|arch|compute|software|memory|peak): |^gate checks on ' |
             sed -E -e "s#$g#TMP#g" -e "s/${cpu:-CPU NAME}/CPU/g" -e 's/"time":\{[^{}]*\}/"time":{}/g' \
+                -e 's/^((stderr: )?kgate: [0-9]+ cases?[, ].*); [0-9.]+ s$/\1; - s/' \
                 -e 's/"device":"[^"]*"/"device":"-"/g' -e 's/"compare":"[a-z]+"/"compare":"-"/g' \
                 -e 's/"(aa_ratio|aa_lo|aa_hi|ratio|ratio_lo|ratio_hi|band)":[^,}]*/"\1":-/g'
     done
