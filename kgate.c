@@ -306,10 +306,7 @@ static int run_arms(const struct kcase *c, struct device *d, const struct opts *
         tl->cases++, tl->cases_skipped++;
         return 1;
     }
-    gate_check_tolerance(o, c->dt, c->where);
     const struct inject *inj = o->inject ? inject_find(o->inject) : NULL;
-    if (inj && inj->unfit && inj->unfit(c))
-        die(EXIT_USAGE, "%s: --inject %s %s; %s is not", c->where, inj->name, inj->unfit(c), c->label);
     if (lg && !o->dump_dir) ledger_lookup_cached(lg, c, o, d, ac, narms);   /* a dump needs the references */
     struct run r = { .c = c, .d = d, .o = o, .inputs_nonzero = 1, .geom = ac[0].geom, .inj = inj };
     r.key = hash_str(mix64(o->seed), c->label);
@@ -381,6 +378,20 @@ static int run_case(const struct kcase *c, struct device *d, const struct opts *
 {
     struct arm_case ac = { .arm = d->arm };
     return run_arms(c, d, o, &ac, 1, NULL, NULL, idx, total, tl, failed_gates);
+}
+
+/* Before any case runs: exit 2 naming the case if the options do not fit
+ * one of them (a tolerance loosened without --why, an --inject it cannot
+ * carry), so that bad input stops the command before its header. */
+static void cases_check(const struct kcase *cases, size_t n, const struct opts *o)
+{
+    const struct inject *inj = o->inject ? inject_find(o->inject) : NULL;
+    for (size_t i = 0; i < n; i++) {
+        const struct kcase *c = &cases[i];
+        gate_check_tolerance(o, c->dt, c->where);
+        if (inj && inj->unfit && inj->unfit(c))
+            die(EXIT_USAGE, "%s: --inject %s %s; %s is not", c->where, inj->name, inj->unfit(c), c->label);
+    }
 }
 
 /* The cases of one seed of a run, in worker processes (worker.c), and
@@ -467,6 +478,7 @@ static int cmd_run(struct kcase *cases, size_t n, const struct opts *o)
 {
     double t0 = now_s();
     int seeds = o->seeds > 1 ? o->seeds : 1, failed = 0, lost = 0;
+    cases_check(cases, n, o);
     size_t bytes = sizeof(struct tally) + n * (2 * sizeof(int) + sizeof(uint64_t));
     char *sh = shared_alloc(bytes);
     struct run_job j = { .cases = cases, .n = n, .tl = (struct tally *)(void *)sh };
@@ -598,6 +610,7 @@ static void cmp_job_lost(void *ctx, const struct lost *l)
 static int cmd_rounds(struct kcase *c, const struct opts *o, void (*work)(void *ctx, int first))
 {
     double t0 = now_s();
+    cases_check(c, 1, o);
     struct cmp_job j = { .c = c, .o = o, .tl = shared_alloc(sizeof(struct tally)) };
     report_width(c, 1);
     int rc = supervise(1, work, cmp_job_lost, &j);

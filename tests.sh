@@ -777,7 +777,9 @@ if ldconfig -p 2>/dev/null | grep -q libnvrtc || [ -e /usr/local/cuda/lib64/libn
     has "$tmp/err" "cached code object $sha" "the entry compiled again is used from the cache"
     # The compiler's process dies with kgate: SIGINT to kgate alone leaves no compiler running.
     cp "$tmp/tiny.hip" "$tmp/tie-$$.hip"
-    KGATE_CACHE="$tmp/c5" KGATE_TEST_COMPILER=hang $K isa --arch sm_90a --kernels "$tmp/tie-$$.hip" >/dev/null 2>&1 &
+    # (a background job of a script ignores SIGINT unless it is given back its default)
+    KGATE_CACHE="$tmp/c5" KGATE_TEST_COMPILER=hang env --default-signal=INT $K isa --arch sm_90a \
+        --kernels "$tmp/tie-$$.hip" >/dev/null 2>&1 &
     kpid=$!
     sleep 1
     kill -INT $kpid
