@@ -220,8 +220,8 @@ static void ledger_load(struct ledger *lg)
     if (!text) die(EXIT_USAGE, "cannot read the ledger %s: %s", lg->path, strerror(errno));
     const char *why = NULL;
     long lines = 0, bad = ledger_walk(text, len, lg, &why, &lines, (char[65]){ 0 });
+    free(text);   /* before die: LeakSanitizer reports a buffer only a register still points to */
     if (bad) die(EXIT_USAGE, "the ledger %s does not verify at line %ld: %s (kgate ledger verify)", lg->path, bad, why);
-    free(text);
 }
 
 /* Open the ledger the options name (exit 2 before any work if it cannot be
