@@ -1225,7 +1225,7 @@ RUN = {
     "--json": (None, []),
     "--dump": (lambda: C([D + "/dump", "dump", D + "/dump/sub"]),
                ["", D + "/no/such/dir", D + "/file", "/proc/self/nope"]),
-    "--kernels": (lambda: D + "/tiny.hip", [D + "/none.hip", D, "", D + "/file"]),
+    "--kernels": (lambda: D + "/tiny.hip", [D + "/none.hip", D, "", D + "/file", D + "/empty.txt"]),
     "--device": (lambda: "cpu", ["gpu0", "CPU", "cpu ", "-1", "1025", BIG]),
 }
 PORT = {
@@ -1372,7 +1372,9 @@ def vector(n):
                  "KGATE_CACHE=" + D + "/file"])
     return args, env, stdin
 
-with open(D + "/tiny.hip", "w") as f: f.write('extern "C" __global__ void k(float *x) { x[0] = 1; }\n')
+with open(D + "/tiny.hip", "w") as f:   # compiles for sm_90a (NVRTC) and gfx942 (clang-19 -nogpuinc)
+    f.write('#ifndef __global__\n#define __global__ __attribute__((global))\n#endif\n'
+            'extern "C" __global__ void k(float *x) { x[0] = 1; }\n')
 with open(D + "/junk.ledger", "wb") as f:
     f.write(b'{"seq":1}\nnot json\n\xff\xfe\n{"prev":"' + b"0" * 64 + b'"}\n')
 open(D + "/empty.ledger", "w").close(); open(D + "/empty.txt", "w").close()
