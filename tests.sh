@@ -1416,20 +1416,18 @@ PY
             <"$fin" >"$FZ/out" 2>"$FZ/err"); rc=$?
         fuzz_runs=$((fuzz_runs + 1))
         fuzz_rc[$rc]=$((${fuzz_rc[$rc]:-0} + 1))
-        why=""
+        why="" san="runtime error\|AddressSanitizer\|LeakSanitizer\|UndefinedBehaviorSanitizer"
         if [ $rc -eq 124 ] || [ $rc -eq 137 ]; then why="timed out (20 s)"
+        elif [ $rc -gt 128 ]; then why="killed by signal $((rc - 128))"
         elif [ $rc -gt 6 ]; then why="exit $rc, not in the table"; fi
-        if grep -q "runtime error\|AddressSanitizer\|LeakSanitizer\|UndefinedBehaviorSanitizer" "$FZ/err"; then
-            why="${why:+$why, }sanitizer report"
-        fi
+        grep -q "$san" "$FZ/err" && why="${why:+$why, }sanitizer report (exit $rc)"
         [ -z "$why" ] && continue
         fuzz_bad=$((fuzz_bad + 1))
-        bad "fuzz vector $fuzz_runs: $why (exit $rc): $fline"
+        bad "fuzz vector $fuzz_runs: $why: $fline"
         for a in "${fargs[@]}"; do
             case $a in "$FZ"/s*.txt) [ -f "$a" ] && echo "     ${a#"$FZ/"}: $(head -c 300 "$a" | cat -A | head -5)";; esac
         done
-        grep -m1 -A6 "runtime error\|Sanitizer" "$FZ/err" | cut -c1-200 | sed 's/^/     /' ||
-            head -3 "$FZ/err" | cut -c1-200 | sed 's/^/     /'
+        { grep -m1 -A6 "$san" "$FZ/err" || head -3 "$FZ/err"; } | cut -c1-200 | sed 's/^/     /'
     done <"$FZ/vectors"
     fuzz_hist=$(printf '%s\n' "${!fuzz_rc[@]}" | sort -n | while read -r c; do printf ' %s:%s' "$c" "${fuzz_rc[$c]}"; done)
     if [ "$fuzz_runs" -eq "$fuzz_n" ]; then
