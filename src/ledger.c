@@ -239,9 +239,9 @@ static void ledger_load(struct ledger *lg)
     if (!text) die(EXIT_USAGE, "cannot read the ledger %s: %s", shown(lg->path), strerror(errno));
     const char *why = NULL;
     long lines = 0, bad = ledger_walk(text, len, lg, &why, &lines, (char[65]){ 0 });
+    free(text);   /* before die: LeakSanitizer reports a buffer only a register still points to */
     if (bad)
         die(EXIT_USAGE, "the ledger %s does not verify at line %ld: %s (kgate ledger verify)", shown(lg->path), bad, why);
-    free(text);
 }
 
 /* Open the ledger the options name for appends and read it: exit 2 before
@@ -588,10 +588,11 @@ static int ledger_table(const char *path)
         cell_num(med, sizeof med, p, "median_us", "%.1f", 1);
         cell_num(ratio, sizeof ratio, p, "ratio", "%.4f", 1);
         cell_num(band, sizeof band, p, "band", "%.2f", 100);
-        char count[40];
+        char count[40], seq[32];
         snprintf(count, sizeof count, "%s/%s", used, budget);
-        printf("%5.0f %-20s %-40.40s %-14.14s %-10s %-12.12s %-7s %11s %7s %7s %-7s %6s\n",
-               ledger_field_num(p, "seq"), when, kase, arm, role, sha, verdict, med, ratio, band, cmp, count);
+        cell_num(seq, sizeof seq, p, "seq", "%.0f", 1);
+        printf("%5s %-20s %-40.40s %-14.14s %-10s %-12.12s %-7s %11s %7s %7s %-7s %6s\n",
+               seq, when, kase, arm, role, sha, verdict, med, ratio, band, cmp, count);
     }
     free(text);
     if (bad) fprintf(stderr, "kgate: ledger %s: line %ld: %s (kgate ledger verify)\n", path, bad, why);

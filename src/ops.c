@@ -19,7 +19,7 @@ static const struct op *ops_find(const char *name)
 static void ops_parse_case(struct kcase *c, struct opts *o, int argc, char **argv, int from,
                            int allow_global)
 {
-    const char **keys = xmalloc((size_t)argc * sizeof *keys);   /* the case options given so far */
+    const char *keys[64];   /* the case options given so far: each known and given once, so few */
     int nkeys = 0;
     for (int i = from; i < argc;) {
         int used = allow_global ? opts_parse(o, argc, argv, i) : 0;
@@ -28,7 +28,7 @@ static void ops_parse_case(struct kcase *c, struct opts *o, int argc, char **arg
             die(EXIT_USAGE, "%s: unexpected argument '%s'", c->where, shown(argv[i]));
         for (int j = 0; j < nkeys; j++)
             if (strcmp(keys[j], argv[i]) == 0) die(EXIT_USAGE, "%s: %s is given twice: give it once", c->where, shown(argv[i]));
-        keys[nkeys++] = argv[i];
+        if (nkeys < (int)(sizeof keys / sizeof *keys)) keys[nkeys++] = argv[i];
         const char *val = i + 1 < argc ? argv[i + 1] : NULL;
         int r = case_set_inputs(c, argv[i], val);
         if (r < 0) r = c->op->set(c, argv[i], val);
@@ -39,7 +39,6 @@ static void ops_parse_case(struct kcase *c, struct opts *o, int argc, char **arg
         }
         i += 1 + r;
     }
-    free(keys);
     case_finish(c);
 }
 
