@@ -110,14 +110,16 @@ static double gate_use(size_t g, const struct verdict *v)
 }
 
 /* The binding gate of an output, the one nearest its limit (gate_use), as
- * "name use" in buf. */
+ * "name use" in buf.  A gate that passed beyond its limit was waived (a
+ * truth of zero for nontrivial, --trades-precision for rounding) and binds
+ * nothing. */
 static void format_binding(char *buf, size_t n, const struct result *x)
 {
     double worst = -1;
     size_t at = 0;
     for (size_t g = 0; g < N_GATES; g++) {
         double u = gate_use(g, &x->v[g]);
-        if (!isnan(u) && u > worst) worst = u, at = g;
+        if (!isnan(u) && !(x->v[g].pass && u > 1) && u > worst) worst = u, at = g;
     }
     char use[16];
     if (worst < 0) snprintf(use, sizeof use, "-");
