@@ -325,7 +325,7 @@ static void compile_clang(const char *clang, const char *src, const char *name, 
         char *code = read_file(out_path, &size);
         if (!code || size == 0 || cache_write_sum(co, code, size) != 0 || rename(out_path, co->bin_path) != 0)
             die(EXIT_DEVICE, "%s compiled %s but wrote no %s", clang, name, out_path);
-        free(code);
+        co->data = code, co->size = size;   /* cache_finish hashes it; no second read */
     }
     free(text);
     cache_finish(what, co);

@@ -91,6 +91,16 @@ static void opts_check_use(struct opts *o, int row, const char *key)
     o->seen |= 1ull << row;
 }
 
+/* The whole-number value `val` of option `key`, from lo to hi; exit 2
+ * saying so otherwise. */
+static int opts_whole(const char *key, const char *val, int lo, int hi)
+{
+    uint64_t v;
+    if (parse_u64(val, (uint64_t)lo, (uint64_t)hi, &v) != 0)
+        die(EXIT_USAGE, "%s %s: expected a whole number from %d to %d", key, shown(val), lo, hi);
+    return (int)v;
+}
+
 /* A -D definition: NAME or NAME=VALUE, NAME an identifier, VALUE without
  * spaces or quotes (it reaches the compiler as one option). */
 static int opts_define_ok(const char *d)
@@ -109,7 +119,6 @@ static int opts_define_ok(const char *d)
  * used, 0 if `key` is none of them; exit 2 on a bad value. */
 static int opts_parse_variant(struct opts *o, const char *key, const char *val)
 {
-    uint64_t v;
     if (strcmp(key, "--diagnostic") == 0) { o->diagnostic = 1; return 1; }
     if (strncmp(key, "-D", 2) == 0) {
         const char *d = key[2] ? key + 2 : val;
@@ -126,16 +135,8 @@ static int opts_parse_variant(struct opts *o, const char *key, const char *val)
         return 2;
     }
     if (strcmp(key, "--ledger") == 0) { o->ledger_path = val; return 2; }
-    if (strcmp(key, "--budget") == 0) {
-        if (parse_u64(val, 1, 1000, &v) != 0) die(EXIT_USAGE, "--budget %s: expected a whole number from 1 to 1000", shown(val));
-        o->budget = (int)v;
-        return 2;
-    }
-    if (strcmp(key, "--rounds") == 0) {
-        if (parse_u64(val, 2, 100, &v) != 0) die(EXIT_USAGE, "--rounds %s: expected a whole number from 2 to 100", shown(val));
-        o->rounds = (int)v;
-        return 2;
-    }
+    if (strcmp(key, "--budget") == 0) { o->budget = opts_whole(key, val, 1, 1000); return 2; }
+    if (strcmp(key, "--rounds") == 0) { o->rounds = opts_whole(key, val, 2, 100); return 2; }
     if (strcmp(key, "--expect") == 0) {
         if (matrix_class(val) < 0) die(EXIT_USAGE, "--expect %s: expected wgmma, mma, mfma or wmma", shown(val));
         o->expect = val;
@@ -161,7 +162,7 @@ static int opts_parse(struct opts *o, int argc, char **argv, int i)
     if (strcmp(key, "--wide") == 0) { o->wide = 1; return 1; }
     if (strcmp(key, "--timeout") == 0) {
         if (parse_nonneg(val, &o->timeout) != 0 || !(o->timeout > 0) || o->timeout > 86400)
-            die(EXIT_USAGE, "--timeout %.60s: expected seconds, more than 0 and at most 86400", val);
+            die(EXIT_USAGE, "--timeout %s: expected seconds, more than 0 and at most 86400", shown(val));
         return 2;
     }
     if (strcmp(key, "--device") == 0) {
@@ -176,23 +177,13 @@ static int opts_parse(struct opts *o, int argc, char **argv, int i)
             die(EXIT_USAGE, "--seed %s: expected a whole number from 0 to 18446744073709551615 (2^64 - 1)", shown(val));
         return 2;
     }
-    if (strcmp(key, "--repeat") == 0) {
-        uint64_t v;
-        if (parse_u64(val, 1, 1000, &v) != 0) die(EXIT_USAGE, "--repeat %s: expected a whole number from 1 to 1000", shown(val));
-        o->repeat = (int)v;
-        return 2;
-    }
+    if (strcmp(key, "--repeat") == 0) { o->repeat = opts_whole(key, val, 1, 1000); return 2; }
     if (strcmp(key, "--rtol") == 0 || strcmp(key, "--atol") == 0) {
         double *dst = key[2] == 'r' ? &o->rtol : &o->atol;
         if (parse_nonneg(val, dst) != 0) die(EXIT_USAGE, "%s %s: expected a number >= 0", key, shown(val));
         return 2;
     }
-    if (strcmp(key, "--seeds") == 0) {
-        uint64_t v;
-        if (parse_u64(val, 1, 1000, &v) != 0) die(EXIT_USAGE, "--seeds %s: expected a whole number from 1 to 1000", shown(val));
-        o->seeds = (int)v;
-        return 2;
-    }
+    if (strcmp(key, "--seeds") == 0) { o->seeds = opts_whole(key, val, 1, 1000); return 2; }
     if (strcmp(key, "--dump") == 0) {
         if (!*val) die(EXIT_USAGE, "--dump needs a directory");
         o->dump_dir = val;

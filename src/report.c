@@ -243,20 +243,20 @@ static void print_row(const struct run *r, int o, const struct result *res)
         format_binding(bind, sizeof bind, x);
         printf(" %-20s", bind);
     }
+    /* the time cells: median (or the output it was timed with), min, max, samples, TFLOP/s, % of peak */
+    char t[6][32] = { "-", "-", "-", "-", "-", "-" };
     if (p->launch != o && res[p->launch].timed) {
-        char with[32];
-        snprintf(with, sizeof with, "with %s", r->out[p->launch].name);
-        if (wide) printf(" %10s %10s %10s %4s %9s %6s\n", with, "-", "-", "-", "-", "-");
-        else printf(" %10s %9s %6s\n", with, "-", "-");
+        snprintf(t[0], sizeof t[0], "with %s", r->out[p->launch].name);
     } else if (x->timed) {
-        if (wide) printf(" %10.1f %10.1f %10.1f %4d %9.2f", x->t.median_us, x->t.min_us, x->t.max_us, x->t.n, x->tflops);
-        else printf(" %10.1f %9.2f", x->t.median_us, x->tflops);
-        if (x->pct_peak >= 0) printf(" %6.1f\n", x->pct_peak); else printf(" %6s\n", "-");
-    } else if (wide) {
-        printf(" %10s %10s %10s %4s %9s %6s\n", "-", "-", "-", "-", "-", "-");
-    } else {
-        printf(" %10s %9s %6s\n", "-", "-", "-");
+        snprintf(t[0], sizeof t[0], "%.1f", x->t.median_us);
+        snprintf(t[1], sizeof t[1], "%.1f", x->t.min_us);
+        snprintf(t[2], sizeof t[2], "%.1f", x->t.max_us);
+        snprintf(t[3], sizeof t[3], "%d", x->t.n);
+        snprintf(t[4], sizeof t[4], "%.2f", x->tflops);
+        if (x->pct_peak >= 0) snprintf(t[5], sizeof t[5], "%.1f", x->pct_peak);
     }
+    if (wide) printf(" %10s %10s %10s %4s %9s %6s\n", t[0], t[1], t[2], t[3], t[4], t[5]);
+    else printf(" %10s %9s %6s\n", t[0], t[4], t[5]);
     if (x->timed && wide) print_geometry(r, o);
     for (size_t g = 0; g < N_GATES; g++)
         if (!x->v[g].pass)
