@@ -785,8 +785,9 @@ if ldconfig -p 2>/dev/null | grep -q libnvrtc || [ -e /usr/local/cuda/lib64/libn
     kill -INT $kpid
     wait $kpid 2>/dev/null
     sleep 0.5
-    if pgrep -f "tie-$$.hip" >/dev/null; then
-        bad "the compiler's process outlived kgate"; pkill -9 -f "tie-$$.hip"
+    left=$(grep -las "tie-$$[.]hip" /proc/[0-9]*/cmdline | cut -d/ -f3)   # no pgrep needed
+    if [ -n "$left" ]; then
+        bad "the compiler's process outlived kgate (pid $left)"; kill -9 $left
     else ok "SIGINT to kgate alone: its compiler's process is gone too"; fi
     # The cache directory and the compile timeout are checked before any compile (exit 2); a code
     # object that cannot be written into the cache is exit 6.
