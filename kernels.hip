@@ -1507,6 +1507,289 @@ __device__ static inline void kg_attn_bwd_dq(const kg_u16 *Q, const kg_u16 *K, c
 KG_ATTN_ENTRIES(f16, kg_f16)
 KG_ATTN_ENTRIES(bf16, kg_bf16)
 
+// ===== Attention forward, Hopper path (sm_90a): wgmma, TMA, warp specialisation =====
+//
+// kg_attn_fwd_sm90_d{64,128,256}_{f16,bf16}: the forward of kg_attn_fwd_<dt>
+// (same layout, causal mask, GQA, varlen, LSE, empty rows) for head dims Dh
+// up to D whose rows TMA can read (Dh a multiple of 8: rows of a multiple of
+// 16 bytes).  Columns Dh .. D-1 of Q, K and V are zero-filled by TMA, so
+// they add nothing to S, and are never stored.  Launch: grid (ceil(longest
+// Sq / 128), Hq, B), 384 threads, kg_attn_sm90_smem_d<D> bytes of dynamic
+// shared memory; three tensor maps (kgate builds them: Q as [Tq][Hq][Dh],
+// K and V as [Tk][Hkv][Dh], boxes of 64 elements x 1 head x FA_BM query or
+// FA_BN(D) key rows, 128-byte swizzle).
+//   - Block: 128 query rows of one head of one sequence.  Causal: the
+//     blocks run in reverse (the longest tiles first) and stop at the last
+//     key block any row of the tile sees.
+//   - Warpgroup 0 produces (one thread): Q once, then K and V blocks of
+//     FA_BN(D) keys into a ring of FA_STAGES stages, each with its own full
+//     barriers for K and for V, so that S = Q·K^T starts before V lands.
+//     Warpgroups 1 and 2 consume: 64 query rows each.  setmaxnreg moves
+//     registers from the producer (24) to the consumers (240).
+//   - A consumer, per key block: S = Q·K^T on wgmma (A and B from shared
+//     memory, K-major); the mask (only on blocks that need it: the
+//     sequence's end, the causal diagonal); the online softmax in the exp2
+//     domain with the scale folded in (p = 2^(s·scale·log2e - m)), rows
+//     reduced across the 4 lanes of a quad; O rescaled; P rounded to the
+//     input type and fed from registers as the A operand of O += P·V (V in
+//     shared memory, MN-major: the transposed B of wgmma).
+//   - Epilogue: O / l and LSE = m·ln2 + log(l) (natural log); a row that
+//     sees no key keeps m = -inf, l = 0: O = 0, LSE = -inf.
+//   - No atomics; every sum in a fixed order (deterministic).
+// Techniques from FlashAttention-3 (Shah et al., arXiv 2407.08608).
+
+#if defined(KG_SM90)
+#ifndef FA_STAGES
+#define FA_STAGES 2                       // K/V ring depth
+#endif
+#define FA_BM 128                         // query rows per block: 2 consumer warpgroups x 64
+#define FA_BN(D) ((D) == 256 ? 64 : 128)  // keys per block: S and O both in registers
+#define FA_Q_BYTES(D) (FA_BM * (D) * 2)
+#define FA_KV_BYTES(D) (FA_BN(D) * (D) * 2)
+// Dynamic shared memory: Q, the K and V stages, 1 KiB to align them to the
+// swizzle pattern, the barriers (Q's, then full K, full V, empty per stage).
+#define FA_SMEM(D) (FA_Q_BYTES(D) + 2 * FA_STAGES * FA_KV_BYTES(D) + 1024 + 8 * (1 + 3 * FA_STAGES))
+extern "C" __device__ int kg_attn_sm90_smem_d64 = FA_SMEM(64);
+extern "C" __device__ int kg_attn_sm90_smem_d128 = FA_SMEM(128);
+extern "C" __device__ int kg_attn_sm90_smem_d256 = FA_SMEM(256);
+
+// TMA: the box at (c0, c1, c2) of the 3-D map m into shared memory at dst,
+// completing `bar`'s transaction bytes.
+__device__ static inline void kg_tma_load3(unsigned dst, const kg_tmap *m, int c0, int c1, int c2, unsigned bar) {
+    asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes "
+                 "[%0], [%1, {%2, %3, %4}], [%5];"
+                 ::"r"(dst), "l"((unsigned long long)m), "r"(c0), "r"(c1), "r"(c2), "r"(bar) : "memory");
+}
+
+// wgmma shared-memory descriptor of an MN-major operand in 128-byte swizzle
+// (rows of 128 bytes along N, 8-row groups 1024 bytes apart along K): the
+// next 64 elements of N lie `lbo` bytes on.
+__device__ static inline unsigned long long kg_wg_desc_mn(unsigned saddr, unsigned lbo) {
+    return (unsigned long long)((saddr & 0x3ffffu) >> 4) | ((unsigned long long)(lbo >> 4) << 16) |
+           (64ull << 32) | (1ull << 62);
+}
+
+KG_WG_MMA(kg_wgmma_n64_bf16, 64, 16, "bf16", ", 0, 0", KG_WG_D32, KG_WG_F32(d), "32", "33", "34")
+KG_WG_MMA(kg_wgmma_n64_f16, 64, 16, "f16", ", 0, 0", KG_WG_D32, KG_WG_F32(d), "32", "33", "34")
+
+// d += A·B for one k16 step (scale-d a predicate set from 1), A (64 x 16) from registers (a[4]: the
+// m16n8k16 A fragment of this warp's 16 rows), B from shared memory,
+// MN-major (transposed).
+#define KG_WG_MMA_RS(fname, N, T, DLIST, DOPS, I0, I1, I2, I3, IB, IS)                              \
+    __device__ static inline void fname(float *d, const unsigned *a, unsigned long long b) {        \
+        asm volatile("{ .reg .pred p; setp.ne.b32 p, %" IS ", 0;\n"                                 \
+                     "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." T "." T " {" DLIST "}, "    \
+                     "{%" I0 ", %" I1 ", %" I2 ", %" I3 "}, %" IB ", p, 1, 1, 1; }"                  \
+                     : DOPS : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));          \
+    }
+KG_WG_MMA_RS(kg_wgmma_rs_n64_bf16, 64, "bf16", KG_WG_D32, KG_WG_F32(d), "32", "33", "34", "35", "36", "37")
+KG_WG_MMA_RS(kg_wgmma_rs_n64_f16, 64, "f16", KG_WG_D32, KG_WG_F32(d), "32", "33", "34", "35", "36", "37")
+KG_WG_MMA_RS(kg_wgmma_rs_n128_bf16, 128, "bf16", KG_WG_D64, KG_WG_F64(d), "64", "65", "66", "67", "68", "69")
+KG_WG_MMA_RS(kg_wgmma_rs_n128_f16, 128, "f16", KG_WG_D64, KG_WG_F64(d), "64", "65", "66", "67", "68", "69")
+KG_WG_MMA_RS(kg_wgmma_rs_n256_bf16, 256, "bf16", KG_WG_D128, KG_WG_F128(d), "128", "129", "130", "131", "132",
+             "133")
+KG_WG_MMA_RS(kg_wgmma_rs_n256_f16, 256, "f16", KG_WG_D128, KG_WG_F128(d), "128", "129", "130", "131", "132",
+             "133")
+
+// The two products of one input type (BF: 1 bf16, 0 f16): S (+)= Q·K^T,
+// N = BN (64 or 128), both from shared memory; O += P·V, N = D, P from
+// registers.
+template <int BF, int BN>
+__device__ static __forceinline__ void kg_fa_qk(float *s, unsigned long long a, unsigned long long b, int acc) {
+    if (BN == 128) { if (BF) kg_wgmma_n128_bf16(s, a, b, acc); else kg_wgmma_n128_f16(s, a, b, acc); }
+    else { if (BF) kg_wgmma_n64_bf16(s, a, b, acc); else kg_wgmma_n64_f16(s, a, b, acc); }
+}
+template <int BF, int D>
+__device__ static __forceinline__ void kg_fa_pv(float *o, const unsigned *p, unsigned long long b) {
+    if (D == 256) { if (BF) kg_wgmma_rs_n256_bf16(o, p, b); else kg_wgmma_rs_n256_f16(o, p, b); }
+    else if (D == 128) { if (BF) kg_wgmma_rs_n128_bf16(o, p, b); else kg_wgmma_rs_n128_f16(o, p, b); }
+    else { if (BF) kg_wgmma_rs_n64_bf16(o, p, b); else kg_wgmma_rs_n64_f16(o, p, b); }
+}
+
+__device__ static inline float kg_ex2(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+
+// One consumer's online-softmax step on its scores s (this thread's 2 rows
+// x BN/4 columns of the block, accumulator layout): m (log2 domain, scaled)
+// and l updated, s replaced by p = 2^(s·sl2 - m), O's rescale factor of
+// each row in alpha.  A row with nothing seen yet keeps m = -inf and p = 0.
+template <int BN>
+__device__ static __forceinline__ void kg_fa_softmax(float *s, float *m, float *l, float *alpha, float sl2) {
+    const float ninf = kg_neg_inf();
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        float mx = ninf;
+#pragma unroll
+        for (int i = 0; i < BN / 8; i++) mx = fmaxf(mx, fmaxf(s[4 * i + 2 * h], s[4 * i + 2 * h + 1]));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+        const float mn = fmaxf(m[h], mx * sl2), mu = mn == ninf ? 0.0f : mn;
+        alpha[h] = kg_ex2(m[h] - mu);
+        m[h] = mn;
+        float sum = 0.0f;
+#pragma unroll
+        for (int i = 0; i < BN / 8; i++)
+#pragma unroll
+            for (int j = 0; j < 2; j++) {
+                const float p = kg_ex2(fmaf(s[4 * i + 2 * h + j], sl2, -mu));
+                s[4 * i + 2 * h + j] = p;
+                sum += p;
+            }
+        l[h] = fmaf(l[h], alpha[h], sum);
+    }
+}
+
+// The body of kg_attn_fwd_sm90_d<D>_<dt> (see the section comment).
+template <int D, int BF>
+__device__ static inline void kg_fa_fwd(const kg_tmap *tq, const kg_tmap *tk, const kg_tmap *tv, kg_u16 *O,
+                                        float *LSE, const int *cu_q, const int *cu_k, int Hq, int Hkv, int Dh,
+                                        float scale, int causal) {
+    const int BN = FA_BN(D), CH = D / 64, QB = FA_Q_BYTES(D), KVB = FA_KV_BYTES(D);
+    extern __shared__ unsigned char kg_dsmem[];
+    const unsigned base = (kg_smem_addr(kg_dsmem) + 1023u) & ~1023u;
+    const unsigned sq = base, skv = base + QB;            // stage s: K at skv + 2s·KVB, V after it
+    const unsigned qbar = skv + 2 * FA_STAGES * KVB;      // then full K[s], full V[s], empty[s]
+    const unsigned fullk = qbar + 8, fullv = fullk + 8 * FA_STAGES, empty = fullv + 8 * FA_STAGES;
+    const int tid = (int)kg_tid(), wg = tid / 128, warp = tid / 32 % 4, lane = tid % 32;
+    const int b = (int)kg_bid_z(), h = (int)kg_bid_y(), hk = h / (Hq / Hkv);
+    const int q0 = cu_q[b], Sq = cu_q[b + 1] - q0, k0 = cu_k[b], Sk = cu_k[b + 1] - k0, diag = Sk - Sq;
+    const int i0 = (int)(kg_grid_x() - 1 - kg_bid_x()) * FA_BM;
+    if (i0 >= Sq) return;   // the whole block leaves, before any barrier
+    const int rows = Sq - i0 < FA_BM ? Sq - i0 : FA_BM;
+    const long long ke = causal ? (long long)i0 + rows + diag : (long long)Sk;
+    const int nb = ke <= 0 ? 0 : (int)((ke + BN - 1) / BN);   // key blocks any row of the tile sees
+    if (tid == 0) {
+        kg_bar_init(qbar, 1);
+        for (int s = 0; s < FA_STAGES; s++) {
+            kg_bar_init(fullk + 8 * s, 1);
+            kg_bar_init(fullv + 8 * s, 1);
+            kg_bar_init(empty + 8 * s, 8);   // the 8 consumer warps
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    kg_sync();
+
+    if (wg == 0) {   // producer: one thread issues every copy
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 24;");
+        if (tid != 0) return;
+        kg_bar_expect(qbar, QB);
+        for (int c = 0; c < CH; c++) kg_tma_load3(sq + c * FA_BM * 128, tq, 64 * c, h, q0 + i0, qbar);
+        int s = 0;
+        unsigned phase = 0;
+        for (int kb = 0; kb < nb; kb++) {
+            const unsigned ks = skv + 2 * s * KVB, vs = ks + KVB;
+            kg_bar_wait(empty + 8 * s, phase ^ 1);
+            kg_bar_expect(fullk + 8 * s, KVB);
+            for (int c = 0; c < CH; c++) kg_tma_load3(ks + c * BN * 128, tk, 64 * c, hk, k0 + kb * BN, fullk + 8 * s);
+            kg_bar_expect(fullv + 8 * s, KVB);
+            for (int c = 0; c < CH; c++) kg_tma_load3(vs + c * BN * 128, tv, 64 * c, hk, k0 + kb * BN, fullv + 8 * s);
+            if (++s == FA_STAGES) s = 0, phase ^= 1;
+        }
+        return;
+    }
+
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 240;");
+    const int c = wg - 1, r_lo = i0 + c * 64 + warp * 16 + lane / 4;   // this thread's rows: r_lo, r_lo + 8
+    const float sl2 = scale * 1.4426950408889634f, ninf = kg_neg_inf();
+    float o[D / 2], m[2] = { ninf, ninf }, l[2] = { 0.0f, 0.0f };
+#pragma unroll
+    for (int i = 0; i < D / 2; i++) o[i] = 0.0f;
+    kg_bar_wait(qbar, 0);
+    int s = 0;
+    unsigned phase = 0;
+    for (int kb = 0; kb < nb; kb++) {
+        const int j0 = kb * BN;
+        const unsigned ks = skv + 2 * s * KVB, vs = ks + KVB;
+        float sc[BN / 2];
+        kg_bar_wait(fullk + 8 * s, phase);
+        kg_wg_fence();
+#pragma unroll
+        for (int cd = 0; cd < CH; cd++)
+#pragma unroll
+            for (int kk = 0; kk < 4; kk++)
+                kg_fa_qk<BF, BN>(sc, kg_wg_desc(sq + cd * FA_BM * 128 + c * 64 * 128 + kk * 32),
+                                 kg_wg_desc(ks + cd * BN * 128 + kk * 32), cd | kk);
+        kg_wg_commit();
+        kg_wg_wait<0>();
+        kg_wg_touch<BN / 2>(sc);
+        // The mask, where some key of the block is past the sequence or past
+        // the diagonal of this warpgroup's first row.
+        if (j0 + BN > Sk || (causal && j0 + BN - 1 > i0 + c * 64 + diag)) {
+#pragma unroll
+            for (int i = 0; i < BN / 8; i++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const int j = j0 + 8 * i + 2 * (lane % 4) + (e & 1), r = r_lo + 8 * (e >> 1);
+                    if (j >= Sk || (causal && j > r + diag)) sc[4 * i + e] = ninf;
+                }
+        }
+        float alpha[2];
+        kg_fa_softmax<BN>(sc, m, l, alpha, sl2);
+#pragma unroll
+        for (int i = 0; i < D / 8; i++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) o[4 * i + e] *= alpha[e >> 1];
+        unsigned p[BN / 16][4];   // P as the A fragments of the k16 steps of O += P·V
+#pragma unroll
+        for (int k = 0; k < BN / 16; k++)
+#pragma unroll
+            for (int e = 0; e < 4; e++)
+                p[k][e] = BF ? kg_wg_pack(sc[8 * k + 2 * e], sc[8 * k + 2 * e + 1], kg_bf16())
+                             : kg_wg_pack(sc[8 * k + 2 * e], sc[8 * k + 2 * e + 1], kg_f16());
+        kg_bar_wait(fullv + 8 * s, phase);
+        kg_wg_fence();
+#pragma unroll
+        for (int k = 0; k < BN / 16; k++) kg_fa_pv<BF, D>(o, p[k], kg_wg_desc_mn(vs + k * 16 * 128, BN * 128));
+        kg_wg_commit();
+        kg_wg_wait<0>();
+        kg_wg_touch<D / 2>(o);
+        __syncwarp();
+        if (lane == 0) kg_bar_arrive(empty + 8 * s);
+        if (++s == FA_STAGES) s = 0, phase ^= 1;
+    }
+
+    // Epilogue: rows past the sequence and columns past Dh are not stored.
+#pragma unroll
+    for (int hh = 0; hh < 2; hh++) {
+        l[hh] += __shfl_xor_sync(0xffffffffu, l[hh], 1);
+        l[hh] += __shfl_xor_sync(0xffffffffu, l[hh], 2);
+        const int r = r_lo + 8 * hh;
+        if (r >= Sq) continue;
+        const float inv = l[hh] > 0.0f ? 1.0f / l[hh] : 0.0f;
+        kg_u16 *row = O + ((kg_i64)(q0 + r) * Hq + h) * Dh;
+#pragma unroll
+        for (int i = 0; i < D / 8; i++) {
+            const int col = 8 * i + 2 * (lane % 4);
+            if (col >= Dh) continue;
+            const float v0 = o[4 * i + 2 * hh] * inv, v1 = o[4 * i + 2 * hh + 1] * inv;
+            *(unsigned *)(row + col) = BF ? kg_wg_pack(v0, v1, kg_bf16()) : kg_wg_pack(v0, v1, kg_f16());
+        }
+        if (lane % 4 == 0)
+            LSE[(kg_i64)(q0 + r) * Hq + h] = m[hh] == ninf ? ninf : m[hh] * 0.6931471805599453f + kg_log(l[hh]);
+    }
+}
+
+#define KG_FA_SM90_ENTRY(D, sfx, BF)                                                                   \
+    KG_ATOMICS(kg_attn_fwd_sm90_d##D##_##sfx, 0)                                                      \
+    extern "C" __global__ void __launch_bounds__(384, 1)                                              \
+    kg_attn_fwd_sm90_d##D##_##sfx(const __grid_constant__ kg_tmap tq, const __grid_constant__ kg_tmap tk, \
+                                  const __grid_constant__ kg_tmap tv, kg_u16 *O, float *LSE,          \
+                                  const int *cu_q, const int *cu_k, int Hq, int Hkv, int Dh,          \
+                                  float scale, int causal)                                            \
+    {                                                                                                 \
+        kg_fa_fwd<D, BF>(&tq, &tk, &tv, O, LSE, cu_q, cu_k, Hq, Hkv, Dh, scale, causal);             \
+    }
+KG_FA_SM90_ENTRY(64, f16, 0)
+KG_FA_SM90_ENTRY(64, bf16, 1)
+KG_FA_SM90_ENTRY(128, f16, 0)
+KG_FA_SM90_ENTRY(128, bf16, 1)
+KG_FA_SM90_ENTRY(256, f16, 0)
+KG_FA_SM90_ENTRY(256, bf16, 1)
+#endif // KG_SM90
+
 // ===== Low precision: fp8 and MX, portable path =====
 //
 // Element formats, `fmt` at run time (codes are bytes; FP4 codes are nibbles):

@@ -290,6 +290,25 @@ static void case_references(struct run *r, struct result *base, int idx, int tot
     }
 }
 
+/* The largest candidate the CPU device runs, in FLOPs: its candidate is
+ * ref.c's, at a few GFLOP/s on a CI machine's cores; a case past it (the
+ * vendor-sized and Llama attention rows of shapes.txt) is for a GPU. */
+#define CPU_MAX_FLOPS 1e11
+
+/* Why case c cannot run on device d, or NULL: an fp8/MX format the device
+ * cannot convert (q_unsupported), or, on the CPU device, a candidate of
+ * more than CPU_MAX_FLOPS. */
+static const char *case_unsupported(const struct device *d, const struct kcase *c)
+{
+    static char why[200];
+    if (d->kind == DEV_CPU && c->flops > CPU_MAX_FLOPS) {
+        snprintf(why, sizeof why, "%.0f GFLOP: over the CPU device's %.0f (a case for a GPU)", c->flops / 1e9,
+                 CPU_MAX_FLOPS / 1e9);
+        return why;
+    }
+    return q_unsupported(d, c);
+}
+
 /* The whole pipeline for one case on narms arms: inputs, references (unless
  * every arm's verdict is cached in the ledger), then per arm poisoned
  * outputs, launches, --repeat runs and gates; only if every arm passed, the
@@ -300,7 +319,7 @@ static int run_arms(const struct kcase *c, struct device *d, const struct opts *
                     int narms, struct rounds *rd, struct ledger *lg, int idx, int total, struct tally *tl,
                     unsigned *failed_gates)
 {
-    const char *skip = q_unsupported(d, c);
+    const char *skip = case_unsupported(d, c);
     if (skip) {
         report_skip(c, o, skip);
         tl->cases++, tl->cases_skipped++;
@@ -435,7 +454,7 @@ static void run_job_work(void *ctx, int first)
     for (size_t i = (size_t)first; i < j->n; i++) {
         worker_task((int)i, j->cases[i].label);
         struct arm_case ac = { .arm = &arm };
-        j->skipped[i] = q_unsupported(&d, &j->cases[i]) != NULL;
+        j->skipped[i] = case_unsupported(&d, &j->cases[i]) != NULL;
         int pass = run_arms(&j->cases[i], &d, o, &ac, 1, NULL, lgp, (int)i + 1, (int)j->n, j->tl, NULL);
         if (!pass && j->passed[i] == j->seed_index) j->first_fail[i] = o->seed;
         j->passed[i] += pass;

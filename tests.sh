@@ -522,6 +522,11 @@ expect 2 "--dump with compare" $K compare gemm --device cpu --shape 64x64x64 --v
 expect 2 "--seeds 0" $K all --device cpu --shapes "$tmp/two.txt" --seeds 0
 # Seeds: the suite on N seeds, and per case how many passed.
 expect 0 "all --seeds 3" $K all --device cpu --shapes "$tmp/two.txt" --seeds 3
+expect 0 "a case over the CPU device's 100 GFLOP: skipped there (exit 0)" \
+    $K attn --device cpu --dtype bf16 --batch 4 --seq 4096 --heads 32 --dim 128
+has "$tmp/out" "d128 +- +skip +1100 GFLOP: over the CPU device's 100 \(a case for a GPU\)" "the skip names the case's FLOPs and the limit"
+expect 0 "a small attention case runs there" $K attn --device cpu --dtype bf16 --seq 96 --heads 2 --dim 64
+has "$tmp/out" "1 case, 2 outputs: 2 passed" "the small case ran and passed"
 has "$tmp/out" "^seeds 42\.\.44: " "the seeds summary names the seeds"
 has "$tmp/out" "attn bf16 b1 s30:20 h2:2 d16 causal bwd +3/3" "each case: passed on 3 of 3"
 has "$tmp/out" "kgate: 2 cases on 3 seeds: 2 passed on every seed, 0 failed on some" "the seeds verdict line"
@@ -1060,9 +1065,13 @@ else
 fi
 
 echo "== sm_90a fast paths: wgmma in kernels.hip's sm_90a build (no GPU)"
-# The four Hopper entry points (kernels.hip, "GEMM, Hopper path"): each must issue wgmma in its own
-# body (a wgmma behind a call is serialized: ptxas C7510) and compile with no spill and no warning.
-FAST90="kg_gemm_sm90_bf16 kg_gemm_sm90_f16 kg_qgemm_sm90_e4m3_bf16 kg_qgemm_sm90_e5m2_bf16"
+# The Hopper entry points (kernels.hip, "GEMM, Hopper path" and "Attention forward, Hopper path"): each
+# must issue wgmma in its own body (a wgmma behind a call is serialized: ptxas C7510) and compile with no
+# spill and no warning.
+FAST90="kg_gemm_sm90_bf16 kg_gemm_sm90_f16 kg_qgemm_sm90_e4m3_bf16 kg_qgemm_sm90_e5m2_bf16
+        kg_attn_fwd_sm90_d64_bf16 kg_attn_fwd_sm90_d128_bf16 kg_attn_fwd_sm90_d256_bf16
+        kg_attn_fwd_sm90_d64_f16 kg_attn_fwd_sm90_d128_f16 kg_attn_fwd_sm90_d256_f16"
+nfast=$(echo $FAST90 | wc -w)
 nvcc=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
 ptxas=$(command -v ptxas || echo /usr/local/cuda/bin/ptxas)
 # sm90_ptx_check [-D...]: compile kernels.hip to sm_90a PTX (nvcc, the NVRTC front end) and ptxas it;
@@ -1080,7 +1089,7 @@ sm90_ptx_check() {
 }
 if [ -x "$nvcc" ] && [ -x "$ptxas" ]; then
     probs=$(sm90_ptx_check)
-    [ -z "$probs" ] && ok "the 4 sm_90a entry points hold wgmma.mma_async in their PTX; ptxas: no spill, no warning" \
+    [ -z "$probs" ] && ok "the $nfast sm_90a entry points hold wgmma.mma_async in their PTX; ptxas: no spill, no warning" \
         || bad "sm_90a fast paths: $probs"
     probs=$(sm90_ptx_check -DWG_CLUSTER=2 -DWG_STORE_V4=0)
     [ -z "$probs" ] && ok "the knobs' other side (-D WG_CLUSTER=2 -D WG_STORE_V4=0) builds the same way: wgmma, no spill, no warning" \
@@ -1090,8 +1099,8 @@ if [ -x "$nvcc" ] && [ -x "$ptxas" ]; then
         || bad "-D WG_CLUSTER=2: no .reqnctapercluster 2, 1, 1 or no multicast in the PTX"
     probs=$(sm90_ptx_check -DKG_PORTABLE=1)
     n=$(printf '%s\n' "$probs" | grep -c "wgmma.mma_async in its PTX body")
-    [ "$n" -eq 4 ] && ok "planted: a -D KG_PORTABLE=1 build lacks the 4 fast entries, and the check says so for each" \
-        || bad "KG_PORTABLE build: the check named $n of 4 missing entries: $probs"
+    [ "$n" -eq "$nfast" ] && ok "planted: a -D KG_PORTABLE=1 build lacks the $nfast fast entries, and the check says so for each" \
+        || bad "KG_PORTABLE build: the check named $n of $nfast missing entries: $probs"
 else
     echo "skip: no nvcc/ptxas (the CUDA toolkit) on this machine"
 fi
@@ -1111,6 +1120,9 @@ if [ -n "$cudir" ] && { ldconfig -p 2>/dev/null | grep -q libnvrtc || [ -e /usr/
         case "$e:$first" in
             kg_gemm_*:HGMMA.64x256x16.F32*|kg_qgemm_*e4m3*:QGMMA.64x128x32.F32.E4M3.E4M3|kg_qgemm_*e5m2*:QGMMA.64x128x32.F32.E5M2.E5M2)
                 [ "${w:-0}" -ge 4 ] && ok "$e: $w wgmma in SASS, first $first" || bad "$e: wgmma column '$w'" ;;
+            # the attention forward: S = Q·K^T (D/16 steps) and O += P·V (BN/16 steps) per key block
+            kg_attn_fwd_sm90_d*:HGMMA.64x*)
+                [ "${w:-0}" -ge 12 ] && ok "$e: $w wgmma in SASS, first $first" || bad "$e: wgmma column '$w'" ;;
             *) bad "$e: SASS row '$row'" ;;
         esac
     done

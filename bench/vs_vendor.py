@@ -3,12 +3,15 @@
 
 For each case, R rounds of: PyTorch's own operation (torch.matmul,
 torch._scaled_mm, torch._grouped_mm: cuBLAS/cuBLASLt on NVIDIA, hipBLASLt on
-ROCm) timed here with CUDA events, L2 flushed before every sample; then
+ROCm; attention: scaled_dot_product_attention through each of its cuDNN and
+flash backends) timed here with CUDA events, L2 flushed before every sample; then
 `kgate <case> --json` as a child process, whose time is kgate's own (its
 timer, its L2 flush) and counts only when every gate of the case passed.
 Prints both in TFLOP/s and the ratio kgate / vendor (time of the vendor over
 time of kgate: above 1 = kgate faster), median over the rounds with the
-min-max spread.
+min-max spread; one row per vendor operation (attention: cuDNN and flash),
+all timed in the same rounds as kgate.  A backend that refuses a case (it
+raises) gets a row saying so and does not fail the run.
 
     python3 bench/vs_vendor.py [--kgate ./kgate] [--rounds 3] [--only SUBSTR] [--json FILE] [--timeout S]
 
@@ -23,8 +26,9 @@ import sys
 
 import torch
 
-# Each case: a name, kgate's arguments, the FLOPs, and a function that builds
-# the vendor's operation (a no-argument callable) on the current device.
+# Each case: a name, kgate's arguments, the FLOPs, and the vendor operations:
+# (label, a function that builds the operation, a no-argument callable, on
+# the current device).
 
 
 def gemm_nt(m, n, k, dt):
@@ -48,6 +52,30 @@ def grouped_nt(rows, n, k):
     return lambda: torch._grouped_mm(a, b.transpose(-2, -1), offs=ends)
 
 
+def sdpa(b, hq, hkv, s, d, causal, backend):
+    """SDPA forward on [B][S][H][D] bf16 tensors (kgate's layout, seen as
+    B, H, S, D), through one backend: "cudnn" or "flash"."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    q = torch.randn(b, s, hq, d, device="cuda", dtype=torch.bfloat16).transpose(1, 2)
+    k = torch.randn(b, s, hkv, d, device="cuda", dtype=torch.bfloat16).transpose(1, 2)
+    v = torch.randn(b, s, hkv, d, device="cuda", dtype=torch.bfloat16).transpose(1, 2)
+    be = {"cudnn": SDPBackend.CUDNN_ATTENTION, "flash": SDPBackend.FLASH_ATTENTION}[backend]
+
+    def run():
+        with sdpa_kernel(be):
+            return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal,
+                                                                    enable_gqa=hq != hkv)
+    return run
+
+
+def attn_case(name, b, hq, hkv, s, d, causal):
+    args = "attn --dtype bf16 --batch %d --seq %d --heads %d:%d --dim %d%s" % (
+        b, s, hq, hkv, d, " --causal" if causal else "")
+    flops = 4 * b * hq * s * s * d // (2 if causal else 1)
+    return (name, args, flops, [("cuDNN", lambda: sdpa(b, hq, hkv, s, d, causal, "cudnn")),
+                                ("FA2", lambda: sdpa(b, hq, hkv, s, d, causal, "flash"))])
+
+
 RAGGED = [2048, 0, 4096, 1024, 3072, 2048, 2048, 2176]   # 16384 rows, one empty group
 
 CASES = [
@@ -67,6 +95,13 @@ CASES = [
     ("grouped bf16 ragged, empty group", "grouped --dtype bf16 --layout NT --groups "
      + ",".join(map(str, RAGGED)) + " --shape 4096x4096",
      2 * sum(RAGGED) * 4096 * 4096, lambda: grouped_nt(RAGGED, 4096, 4096)),
+]
+# Each case above has one vendor operation, the library PyTorch calls.
+CASES = [(n, a, f, [("vendor", b)]) for n, a, f, b in CASES] + [
+    attn_case("attn bf16 B4 H32 S4096 d128", 4, 32, 32, 4096, 128, False),
+    attn_case("attn bf16 B4 H32 S4096 d128 causal", 4, 32, 32, 4096, 128, True),
+    attn_case("attn bf16 B1 H32:8 S4096 d128 causal", 1, 32, 8, 4096, 128, True),
+    attn_case("attn bf16 B4 H32 S4096 d64", 4, 32, 32, 4096, 64, False),
 ]
 
 
@@ -126,32 +161,48 @@ def main():
     flush = torch.empty(max(2 * l2, 64 << 20), dtype=torch.uint8, device="cuda")
     print("device: %s, torch %s, %d rounds; ratio = vendor time / kgate time (> 1: kgate faster)"
           % (torch.cuda.get_device_name(0), torch.__version__, a.rounds))
-    print("%-34s %12s %12s %24s" % ("case", "vendor TF/s", "kgate TF/s", "ratio (min-max)"))
+    print("%-44s %12s %12s %24s" % ("case", "vendor TF/s", "kgate TF/s", "ratio (min-max)"))
     rows, status = [], 0
-    for name, args, flops, build in CASES:
+    for name, args, flops, vendors in CASES:
         if a.only not in name:
             continue
+        fns, refused = [], []
+        for label, build in vendors:
+            try:
+                fn = build()
+                fn()   # a backend that cannot take the case raises here
+                fns.append((label, fn))
+            except (RuntimeError, torch.OutOfMemoryError) as e:
+                refused.append((label, str(e).splitlines()[0] if str(e) else type(e).__name__))
+        vs = {label: [] for label, _ in fns}
+        ks = []
         try:
-            fn = build()
-            ratios, vs, ks = [], [], []
             for _ in range(a.rounds):
-                v = vendor_us(fn, flush, a.samples)
-                k, _case = kgate_us(a.kgate, args, a.timeout)
-                vs.append(v), ks.append(k), ratios.append(v / k)
-            del fn
-            torch.cuda.empty_cache()
+                for label, fn in fns:
+                    vs[label].append(vendor_us(fn, flush, a.samples))
+                ks.append(kgate_us(a.kgate, args, a.timeout)[0])
         except (RuntimeError, torch.OutOfMemoryError) as e:
             print("%-34s FAIL %s" % (name, e))
             rows.append({"case": name, "kgate_args": args, "error": str(e)})
             status = 1
             continue
-        v, k = statistics.median(vs), statistics.median(ks)
-        row = {"case": name, "kgate_args": args, "vendor_us": vs, "kgate_us": ks, "ratios": ratios,
-               "vendor_tflops": flops / v / 1e6, "kgate_tflops": flops / k / 1e6,
-               "ratio": statistics.median(ratios), "ratio_min": min(ratios), "ratio_max": max(ratios)}
-        rows.append(row)
-        print("%-34s %12.1f %12.1f %10.3f (%.3f-%.3f)" % (name, row["vendor_tflops"], row["kgate_tflops"],
-                                                           row["ratio"], row["ratio_min"], row["ratio_max"]))
+        finally:
+            del fns
+            torch.cuda.empty_cache()
+        for label, why in refused:
+            print("%-34s %s refused the case: %s" % (name if len(vendors) == 1 else name + " [" + label + "]",
+                                                      label, why[:200]))
+            rows.append({"case": name, "vendor": label, "kgate_args": args, "refused": why})
+        for label, times in vs.items():
+            ratios = [v / k for v, k in zip(times, ks)]
+            v, k = statistics.median(times), statistics.median(ks)
+            shown = name if len(vendors) == 1 else name + " [" + label + "]"
+            row = {"case": name, "vendor": label, "kgate_args": args, "vendor_us": times, "kgate_us": ks,
+                   "ratios": ratios, "vendor_tflops": flops / v / 1e6, "kgate_tflops": flops / k / 1e6,
+                   "ratio": statistics.median(ratios), "ratio_min": min(ratios), "ratio_max": max(ratios)}
+            rows.append(row)
+            print("%-44s %12.1f %12.1f %10.3f (%.3f-%.3f)" % (shown, row["vendor_tflops"], row["kgate_tflops"],
+                                                               row["ratio"], row["ratio_min"], row["ratio_max"]))
         sys.stdout.flush()
     if a.json:
         with open(a.json, "w") as f:

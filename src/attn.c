@@ -75,6 +75,10 @@ static void attn_finish(struct kcase *c)
     if (tq > MAX_DIM || tk > MAX_DIM || tq * c->hq * c->dim > MAX_ELEMS || tk * c->hkv * c->dim > MAX_ELEMS)
         die(EXIT_USAGE, "%s: attn with %" PRIu64 " query and %" PRIu64 " key tokens: a tensor would exceed "
             "%u tokens or %llu elements", c->where, tq, tk, MAX_DIM, (unsigned long long)MAX_ELEMS);
+    c->flops = 0;   /* forward 4·Sq·Sk·Hq·D per sequence, halved when causal; backward 2.5x more */
+    for (size_t i = 0; i < c->nlens; i++)
+        c->flops += 4.0 * c->lens[i] * c->lens[c->nlens + i] * c->hq * c->dim * (c->causal ? 0.5 : 1) *
+                    (c->bwd ? 3.5 : 1);
     char seqs[64];
     if (varlen) snprintf(seqs, sizeof seqs, "varlen %zu [%" PRIu64 "..%" PRIu64 "]", c->nlens, lo, hi);
     else snprintf(seqs, sizeof seqs, "b%zu s%u:%u", c->nlens, c->seq_q, c->seq_k);
@@ -206,6 +210,74 @@ static void attn_cpu_bwd(struct run *r, int shift, const void *o, const float *l
     free(of);
 }
 
+/* --- the sm_90a forward (kernels.hip, "Attention forward, Hopper path") --- */
+
+/* The head dims of kg_attn_fwd_sm90_d<D>_<dt>, as kgate reads their shared
+ * memory into arm->attn_sm90_smem. */
+static const unsigned ATTN_SM90_DIMS[3] = { 64, 128, 256 };
+
+/* Which sm_90a forward runs case a on the current arm: the index into
+ * ATTN_SM90_DIMS of the smallest head dim that holds d, when the arm has
+ * that kernel and TMA can read every tensor (rows of d elements a multiple
+ * of 16 bytes, bases aligned to 16); -1 otherwise (the portable kernel). */
+static int attn_sm90_pick(const struct run *r)
+{
+    const struct attn_case *a = r->attn;
+    const struct output *O = &r->out[a->o];
+    size_t d = a->g.d;
+    if (d % 8 || !tma_aligned(a->d_q, 0, 2) || !tma_aligned(a->d_k, 0, 2) || !tma_aligned(a->d_v, 0, 2) ||
+        O->buf % 4)
+        return -1;
+    for (int i = 0; i < 3; i++)
+        if (d <= ATTN_SM90_DIMS[i]) return r->d->arm->attn_sm90_smem[i] > 0 ? i : -1;
+    return -1;
+}
+
+/* Encode into m the TMA map of an attention tensor: `tokens` x `heads` x d
+ * elements of dt at base, read in boxes of 64 elements x 1 head x box_rows
+ * tokens with the 128-byte swizzle and zeros out of range (the columns
+ * past d of a padded head dim, the tokens past the last).  Exits 5 when the
+ * driver refuses it. */
+static void attn_tmap(const struct device *d, struct tmap *m, enum dtype dt, uint64_t base, size_t tokens,
+                      size_t heads, size_t dim, unsigned box_rows)
+{
+    if (!d->rt.tmap_encode) die(EXIT_DEVICE, "the driver lacks cuTensorMapEncodeTiled (sm_90a attention)");
+    const uint64_t dims[3] = { dim, heads, tokens }, strides[2] = { dim * 2, heads * dim * 2 };
+    const unsigned box[3] = { 64, 1, box_rows }, step[3] = { 1, 1, 1 };
+    int type = dt == DT_BF16 ? 9 : 6;   /* CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 / _FLOAT16 */
+    kg_res res = d->rt.tmap_encode(m->b, type, 3, (void *)(uintptr_t)base, dims, strides, box, step,
+                                   0 /* no interleave */, 3 /* 128-byte swizzle */, 2 /* L2 promotion 128 B */,
+                                   0 /* zero fill */);
+    if (res != 0) die(EXIT_DEVICE, "cuTensorMapEncodeTiled (attention) failed: %s (%d)", gpu_err_name(d, res), res);
+}
+
+/* The forward of case a through kg_attn_fwd_sm90_d<D>_<dt> (i: D's index,
+ * from attn_sm90_pick): grid (ceil(longest Sq / 128), Hq, B), 384 threads,
+ * the kernel's shared memory; tensor maps of Q in boxes of 128 tokens and
+ * of K and V in boxes of the kernel's key block (64 at D = 256, else 128). */
+static void attn_sm90_fwd(struct run *r, int i)
+{
+    static const char *const names[3][DT_COUNT] = {
+        { NULL, "kg_attn_fwd_sm90_d64_f16", "kg_attn_fwd_sm90_d64_bf16" },
+        { NULL, "kg_attn_fwd_sm90_d128_f16", "kg_attn_fwd_sm90_d128_bf16" },
+        { NULL, "kg_attn_fwd_sm90_d256_f16", "kg_attn_fwd_sm90_d256_bf16" },
+    };
+    struct attn_case *a = r->attn;
+    enum dtype t = r->c->dt;
+    struct output *O = &r->out[a->o], *L = &r->out[a->lse];
+    int hq = (int)a->g.hq, hkv = (int)a->g.hkv, d = (int)a->g.d, causal = a->g.causal;
+    float scale = (float)a->g.scale;
+    struct tmap tq, tk, tv;
+    unsigned bn = ATTN_SM90_DIMS[i] == 256 ? 64 : 128;
+    attn_tmap(r->d, &tq, t, a->d_q, a->tq, a->g.hq, a->g.d, 128);
+    attn_tmap(r->d, &tk, t, a->d_k, a->tk, a->g.hkv, a->g.d, bn);
+    attn_tmap(r->d, &tv, t, a->d_v, a->tk, a->g.hkv, a->g.d, bn);
+    void *params[] = { &tq, &tk, &tv, &O->buf, &L->buf, &a->dcu_q, &a->dcu_k, &hq, &hkv, &d, &scale, &causal };
+    struct launch_dims l = { { (unsigned)((a->max_sq + 127) / 128), (unsigned)hq, (unsigned)a->g.b }, 384,
+                             (unsigned)r->d->arm->attn_sm90_smem[i], 0 };
+    gpu_launch_dims(r->d, names[i][t], &l, params);
+}
+
 /* The forward (owner O: O and LSE) or the backward (owner dQ: dQ, dK, dV)
  * of an attention case.  GPU: kg_attn_fwd_<dt>; kg_attn_bwd_pre_<dt>, then
  * kg_attn_bwd_dkdv_<dt> and kg_attn_bwd_dq_<dt>, reading the forward's O and
@@ -233,6 +305,10 @@ static void attn_launch(struct run *r, int o)
     int tq = (int)a->tq;
     float scale = (float)a->g.scale;
     unsigned gq = (unsigned)((a->max_sq + 15) / 16), gk = (unsigned)((a->max_sk + 15) / 16);
+    if (o == a->o && attn_sm90_pick(r) >= 0) {
+        attn_sm90_fwd(r, attn_sm90_pick(r));
+        return;
+    }
     if (o == a->o) {
         void *params[] = { &a->d_q, &a->d_k, &a->d_v, &O->buf, &L->buf, &a->dcu_q, &a->dcu_k, &B, &hq, &hkv, &d,
                            &scale, &causal };

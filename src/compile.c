@@ -355,6 +355,7 @@ struct arm {
     int sm90_tile_m, sm90_tile_n; /* that GEMM's tile */
     int sm90_cluster;             /* its blocks per cluster (1 or 2) */
     int sm90_pack;                /* 1: operands TMA cannot read are packed first (kg_pack_rows) */
+    int attn_sm90_smem[3];        /* kg_attn_sm90_smem_d{64,128,256}: > 0 = it has that sm_90a attention forward */
 };
 
 /* Add the definition "NAME[=VALUE]" to arm a. */
@@ -394,6 +395,7 @@ static void arm_build(struct device *d, struct arm *a)
 {
     a->tile_m = a->tile_n = 64;
     a->sm90_smem = 0;
+    memset(a->attn_sm90_smem, 0, sizeof a->attn_sm90_smem);
     if (d->kind == DEV_CPU) { arm_hash_cpu(a); return; }
     compile_source(&d->rtc, d->pf, a->src, a->src_name, d->arch, (const char *const *)a->defines,
                    a->ndefines, &a->code);
@@ -413,6 +415,13 @@ static void arm_build(struct device *d, struct arm *a)
         die(EXIT_DEVICE, "%s publishes an sm_90a GEMM of %d bytes of shared memory, tile %dx%d and clusters of %d "
             "(want 128 x 1..256, clusters of 1 or 2 that divide the tile's columns)",
             a->src_name, a->sm90_smem, a->sm90_tile_m, a->sm90_tile_n, a->sm90_cluster);
+    static const char *const attn_smem[3] = { "_smem_d64", "_smem_d128", "_smem_d256" };
+    for (int i = 0; i < 3; i++) {
+        a->attn_sm90_smem[i] = module_int(d, "kg_attn_sm90", attn_smem[i], 0);
+        if (a->attn_sm90_smem[i] < 0 || a->attn_sm90_smem[i] > 256 * 1024)
+            die(EXIT_DEVICE, "%s publishes an sm_90a attention forward (kg_attn_sm90%s) of %d bytes of shared memory "
+                "(want 1 to 262144)", a->src_name, attn_smem[i], a->attn_sm90_smem[i]);
+    }
 }
 
 /* Give back what arm_build and arm_define took. */
