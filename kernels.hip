@@ -1522,17 +1522,25 @@ KG_ATTN_ENTRIES(bf16, kg_bf16)
 //     blocks run in reverse (the longest tiles first) and stop at the last
 //     key block any row of the tile sees.
 //   - Warpgroup 0 produces (one thread): Q once, then K and V blocks of
-//     FA_BN(D) keys into a ring of FA_STAGES stages, each with its own full
-//     barriers for K and for V, so that S = Q·K^T starts before V lands.
-//     Warpgroups 1 and 2 consume: 64 query rows each.  setmaxnreg moves
-//     registers from the producer (24) to the consumers (240).
+//     FA_BN(D) keys into a ring of FA_NST(D) stages; K and V each have their
+//     own full barriers, so that S = Q·K^T starts before V lands, and at
+//     head dims up to FA_SPLIT_MAXD their own empty barriers, so that a
+//     block's K is refilled as soon as its scores are done (otherwise K and
+//     V are freed together, after P·V).  Warpgroups 1 and 2 consume: 64
+//     query rows each.  setmaxnreg moves registers from the producer (24)
+//     to the consumers (240).
 //   - A consumer, per key block: S = Q·K^T on wgmma (A and B from shared
 //     memory, K-major); the mask (only on blocks that need it: the
 //     sequence's end, the causal diagonal); the online softmax in the exp2
 //     domain with the scale folded in (p = 2^(s·scale·log2e - m)), rows
 //     reduced across the 4 lanes of a quad; O rescaled; P rounded to the
 //     input type and fed from registers as the A operand of O += P·V (V in
-//     shared memory, MN-major: the transposed B of wgmma).
+//     shared memory, MN-major: the transposed B of wgmma).  FA_OVERLAP (1 as
+//     shipped): block j's scores and softmax run while block j-1's P·V is on
+//     the tensor cores (with K and V freed together it wanted 3 stages: at 2
+//     it measured slower than no overlap; with K freed early, 2 stages are
+//     as fast as 3); FA_PINGPONG: the two consumers take turns at issuing
+//     their products (named barriers), one's softmax under the other's.
 //   - Epilogue: O / l and LSE = m·ln2 + log(l) (natural log); a row that
 //     sees no key keeps m = -inf, l = 0: O = 0, LSE = -inf.
 //   - No atomics; every sum in a fixed order (deterministic).
@@ -1540,15 +1548,29 @@ KG_ATTN_ENTRIES(bf16, kg_bf16)
 
 #if defined(KG_SM90)
 #ifndef FA_STAGES
-#define FA_STAGES 2                       // K/V ring depth
+#define FA_STAGES 2                       // K/V ring depth at head dims 64 and 128 (256: always 2)
+#endif
+#ifndef FA_OVERLAP
+#define FA_OVERLAP 1                      // 1: block j's softmax under block j-1's P·V; 0: one after the other
+#endif
+#ifndef FA_SPLIT_MAXD
+#define FA_SPLIT_MAXD 256                 // head dims up to this free a block's K as soon as its scores are done
+#endif
+#ifndef FA_PINGPONG
+#define FA_PINGPONG 0                     // 1 (with FA_OVERLAP): the consumer warpgroups take turns at issuing
+#endif
+#if FA_PINGPONG && !FA_OVERLAP
+#error "FA_PINGPONG needs FA_OVERLAP"
 #endif
 #define FA_BM 128                         // query rows per block: 2 consumer warpgroups x 64
 #define FA_BN(D) ((D) == 256 ? 64 : 128)  // keys per block: S and O both in registers
 #define FA_Q_BYTES(D) (FA_BM * (D) * 2)
 #define FA_KV_BYTES(D) (FA_BN(D) * (D) * 2)
 // Dynamic shared memory: Q, the K and V stages, 1 KiB to align them to the
-// swizzle pattern, the barriers (Q's, then full K, full V, empty per stage).
-#define FA_SMEM(D) (FA_Q_BYTES(D) + 2 * FA_STAGES * FA_KV_BYTES(D) + 1024 + 8 * (1 + 3 * FA_STAGES))
+// swizzle pattern, the barriers (Q's, then full K, full V, empty K, empty V
+// per stage).
+#define FA_NST(D) ((D) == 256 ? 2 : FA_STAGES)   // stages: 3 of 256 would need 257 KiB
+#define FA_SMEM(D) (FA_Q_BYTES(D) + 2 * FA_NST(D) * FA_KV_BYTES(D) + 1024 + 8 * (1 + 4 * FA_NST(D)))
 extern "C" __device__ int kg_attn_sm90_smem_d64 = FA_SMEM(64);
 extern "C" __device__ int kg_attn_sm90_smem_d128 = FA_SMEM(128);
 extern "C" __device__ int kg_attn_sm90_smem_d256 = FA_SMEM(256);
@@ -1642,17 +1664,110 @@ __device__ static __forceinline__ void kg_fa_softmax(float *s, float *m, float *
     }
 }
 
+// S = Q·K^T of one key block, issued and committed (not waited for): q, k
+// the shared addresses of this warpgroup's 64 rows of Q and of the block's
+// K, both K-major in D / 64 chunks of 128-byte rows.
+template <int D, int BF>
+__device__ static __forceinline__ void kg_fa_qk_issue(float *sc, unsigned q, unsigned k) {
+    kg_wg_fence();
+#pragma unroll
+    for (int cd = 0; cd < D / 64; cd++)
+#pragma unroll
+        for (int kk = 0; kk < 4; kk++)
+            kg_fa_qk<BF, FA_BN(D)>(sc, kg_wg_desc(q + cd * FA_BM * 128 + kk * 32),
+                                   kg_wg_desc(k + cd * FA_BN(D) * 128 + kk * 32), cd | kk);
+    kg_wg_commit();
+}
+
+// O += P·V of one key block, issued and committed: P from registers, V at
+// shared address v, MN-major (D / 64 chunks of the block's rows).
+template <int D, int BF>
+__device__ static __forceinline__ void kg_fa_pv_issue(float *o, unsigned (*p)[4], unsigned v) {
+    kg_wg_fence();
+#pragma unroll
+    for (int k = 0; k < FA_BN(D) / 16; k++) kg_fa_pv<BF, D>(o, p[k], kg_wg_desc_mn(v + k * 16 * 128, FA_BN(D) * 128));
+    kg_wg_commit();
+}
+
+// The mask of the key block from key j0: -inf where a key is past the
+// sequence (Sk) or, causal, past a row's diagonal (key j seen by local row
+// r iff j <= r + diag); nothing to do when every key is before Sk and
+// (causal) at most jfull, the first row's last key.  r_lo: this thread's
+// first row (the second is r_lo + 8).
+template <int BN>
+__device__ static __forceinline__ void kg_fa_mask(float *sc, int j0, int Sk, int causal, int jfull, int r_lo,
+                                                  int diag, int lane) {
+    if (j0 + BN <= Sk && (!causal || j0 + BN - 1 <= jfull)) return;
+#pragma unroll
+    for (int i = 0; i < BN / 8; i++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            const int j = j0 + 8 * i + 2 * (lane % 4) + (e & 1), r = r_lo + 8 * (e >> 1);
+            if (j >= Sk || (causal && j > r + diag)) sc[4 * i + e] = kg_neg_inf();
+        }
+}
+
+// O's rows times their factors alpha (accumulator layout: e / 2 is the row).
+template <int D>
+__device__ static __forceinline__ void kg_fa_rescale(float *o, const float *alpha) {
+#pragma unroll
+    for (int i = 0; i < D / 8; i++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) o[4 * i + e] *= alpha[e >> 1];
+}
+
+// P (the probabilities in sc) rounded to the input type as the A fragments
+// of O += P·V: step k's registers are the accumulator pairs of columns
+// 16k .. 16k+15 (the m16n8k16 A layout matches the accumulator's).
+template <int BN, int BF>
+__device__ static __forceinline__ void kg_fa_to_p(const float *sc, unsigned (*p)[4]) {
+#pragma unroll
+    for (int k = 0; k < BN / 16; k++)
+#pragma unroll
+        for (int e = 0; e < 4; e++)
+            p[k][e] = BF ? kg_wg_pack(sc[8 * k + 2 * e], sc[8 * k + 2 * e + 1], kg_bf16())
+                         : kg_wg_pack(sc[8 * k + 2 * e], sc[8 * k + 2 * e + 1], kg_f16());
+}
+
+// wgmma.wait_group 0, placed after the computation of x: ptxas schedules
+// within a basic block and sank the whole softmax below a plain wait (no
+// overlap: 14% slower at d128), so the wait sits behind a branch on x (x >= 0
+// or NaN: always taken; the second wait is a no-op then).
+__device__ static __forceinline__ void kg_fa_wait_after(float x) {
+    if (!(x < 0.0f)) kg_wg_wait<0>();
+    kg_wg_wait<0>();
+}
+
+// A consumer warp is done with a stage's K or V: one arrival per warp on
+// its empty barrier.
+__device__ static __forceinline__ void kg_fa_release(unsigned empty, int lane) {
+    __syncwarp();
+    if (lane == 0) kg_bar_arrive(empty);
+}
+
+// Ping-pong: warpgroup c waits for its turn at issuing wgmma (named
+// barrier 1 + c, which the other warpgroup's pass completes), and passes
+// the turn to the other.  No-ops unless FA_PINGPONG.
+__device__ static __forceinline__ void kg_fa_turn_wait(int c) {
+    if (FA_PINGPONG) asm volatile("bar.sync %0, 256;" ::"r"(1 + c) : "memory");
+}
+__device__ static __forceinline__ void kg_fa_turn_pass(int c) {
+    if (FA_PINGPONG) asm volatile("bar.arrive %0, 256;" ::"r"(2 - c) : "memory");
+}
+
 // The body of kg_attn_fwd_sm90_d<D>_<dt> (see the section comment).
 template <int D, int BF>
 __device__ static inline void kg_fa_fwd(const kg_tmap *tq, const kg_tmap *tk, const kg_tmap *tv, kg_u16 *O,
                                         float *LSE, const int *cu_q, const int *cu_k, int Hq, int Hkv, int Dh,
                                         float scale, int causal) {
-    const int BN = FA_BN(D), CH = D / 64, QB = FA_Q_BYTES(D), KVB = FA_KV_BYTES(D);
+    const int BN = FA_BN(D), CH = D / 64, QB = FA_Q_BYTES(D), KVB = FA_KV_BYTES(D), NST = FA_NST(D);
     extern __shared__ unsigned char kg_dsmem[];
     const unsigned base = (kg_smem_addr(kg_dsmem) + 1023u) & ~1023u;
     const unsigned sq = base, skv = base + QB;            // stage s: K at skv + 2s·KVB, V after it
-    const unsigned qbar = skv + 2 * FA_STAGES * KVB;      // then full K[s], full V[s], empty[s]
-    const unsigned fullk = qbar + 8, fullv = fullk + 8 * FA_STAGES, empty = fullv + 8 * FA_STAGES;
+    const unsigned qbar = skv + 2 * NST * KVB;      // then full and empty K[s], V[s]
+    const bool SPLIT = D <= FA_SPLIT_MAXD;                 // K freed apart from V
+    const unsigned fullk = qbar + 8, fullv = fullk + 8 * NST, emptyv = fullv + 8 * NST;
+    const unsigned emptyk = SPLIT ? emptyv + 8 * NST : emptyv;
     const int tid = (int)kg_tid(), wg = tid / 128, warp = tid / 32 % 4, lane = tid % 32;
     const int b = (int)kg_bid_z(), h = (int)kg_bid_y(), hk = h / (Hq / Hkv);
     const int q0 = cu_q[b], Sq = cu_q[b + 1] - q0, k0 = cu_k[b], Sk = cu_k[b + 1] - k0, diag = Sk - Sq;
@@ -1663,10 +1778,11 @@ __device__ static inline void kg_fa_fwd(const kg_tmap *tq, const kg_tmap *tk, co
     const int nb = ke <= 0 ? 0 : (int)((ke + BN - 1) / BN);   // key blocks any row of the tile sees
     if (tid == 0) {
         kg_bar_init(qbar, 1);
-        for (int s = 0; s < FA_STAGES; s++) {
+        for (int s = 0; s < NST; s++) {
             kg_bar_init(fullk + 8 * s, 1);
             kg_bar_init(fullv + 8 * s, 1);
-            kg_bar_init(empty + 8 * s, 8);   // the 8 consumer warps
+            kg_bar_init(emptyv + 8 * s, 8);   // the 8 consumer warps
+            if (SPLIT) kg_bar_init(emptyk + 8 * s, 8);
         }
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
@@ -1681,12 +1797,13 @@ __device__ static inline void kg_fa_fwd(const kg_tmap *tq, const kg_tmap *tk, co
         unsigned phase = 0;
         for (int kb = 0; kb < nb; kb++) {
             const unsigned ks = skv + 2 * s * KVB, vs = ks + KVB;
-            kg_bar_wait(empty + 8 * s, phase ^ 1);
+            kg_bar_wait(emptyk + 8 * s, phase ^ 1);
             kg_bar_expect(fullk + 8 * s, KVB);
             for (int c = 0; c < CH; c++) kg_tma_load3(ks + c * BN * 128, tk, 64 * c, hk, k0 + kb * BN, fullk + 8 * s);
+            kg_bar_wait(emptyv + 8 * s, phase ^ 1);
             kg_bar_expect(fullv + 8 * s, KVB);
             for (int c = 0; c < CH; c++) kg_tma_load3(vs + c * BN * 128, tv, 64 * c, hk, k0 + kb * BN, fullv + 8 * s);
-            if (++s == FA_STAGES) s = 0, phase ^= 1;
+            if (++s == NST) s = 0, phase ^= 1;
         }
         return;
     }
@@ -1698,57 +1815,77 @@ __device__ static inline void kg_fa_fwd(const kg_tmap *tq, const kg_tmap *tk, co
 #pragma unroll
     for (int i = 0; i < D / 2; i++) o[i] = 0.0f;
     kg_bar_wait(qbar, 0);
+    const unsigned qs = sq + c * 64 * 128;   // this warpgroup's 64 rows of Q
+    const int jfull = i0 + c * 64 + diag;    // causal: the last key its first row sees
     int s = 0;
     unsigned phase = 0;
-    for (int kb = 0; kb < nb; kb++) {
-        const int j0 = kb * BN;
-        const unsigned ks = skv + 2 * s * KVB, vs = ks + KVB;
-        float sc[BN / 2];
-        kg_bar_wait(fullk + 8 * s, phase);
-        kg_wg_fence();
-#pragma unroll
-        for (int cd = 0; cd < CH; cd++)
-#pragma unroll
-            for (int kk = 0; kk < 4; kk++)
-                kg_fa_qk<BF, BN>(sc, kg_wg_desc(sq + cd * FA_BM * 128 + c * 64 * 128 + kk * 32),
-                                 kg_wg_desc(ks + cd * BN * 128 + kk * 32), cd | kk);
-        kg_wg_commit();
+    float sc[BN / 2], alpha[2];
+    unsigned p[BN / 16][4];   // P as the A fragments of the k16 steps of O += P·V
+    if (!FA_OVERLAP) {
+        for (int kb = 0; kb < nb; kb++) {
+            const unsigned ks = skv + 2 * s * KVB;
+            kg_bar_wait(fullk + 8 * s, phase);
+            kg_fa_qk_issue<D, BF>(sc, qs, ks);
+            kg_wg_wait<0>();
+            kg_wg_touch<BN / 2>(sc);
+            if (SPLIT) kg_fa_release(emptyk + 8 * s, lane);
+            kg_fa_mask<BN>(sc, kb * BN, Sk, causal, jfull, r_lo, diag, lane);
+            kg_fa_softmax<BN>(sc, m, l, alpha, sl2);
+            kg_fa_rescale<D>(o, alpha);
+            kg_fa_to_p<BN, BF>(sc, p);
+            kg_bar_wait(fullv + 8 * s, phase);
+            kg_fa_pv_issue<D, BF>(o, p, ks + KVB);
+            kg_wg_wait<0>();
+            kg_wg_touch<D / 2>(o);
+            kg_fa_release(emptyv + 8 * s, lane);
+            if (++s == NST) s = 0, phase ^= 1;
+        }
+    } else if (nb > 0) {
+        // Block kb's scores and softmax run while block kb-1's O += P·V is
+        // on the tensor cores (FA3's intra-warpgroup overlap); O is rescaled
+        // to block kb-1's maximum just before that product is issued.
+        // FA_PINGPONG: the two warpgroups take turns at issuing
+        // (kg_fa_turn_*), one warpgroup's softmax under the other's products.
+        if (c == 1) kg_fa_turn_pass(1);
+        kg_bar_wait(fullk, 0);
+        kg_fa_turn_wait(c);
+        kg_fa_qk_issue<D, BF>(sc, qs, skv);
+        kg_fa_turn_pass(c);
         kg_wg_wait<0>();
         kg_wg_touch<BN / 2>(sc);
-        // The mask, where some key of the block is past the sequence or past
-        // the diagonal of this warpgroup's first row.
-        if (j0 + BN > Sk || (causal && j0 + BN - 1 > i0 + c * 64 + diag)) {
-#pragma unroll
-            for (int i = 0; i < BN / 8; i++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    const int j = j0 + 8 * i + 2 * (lane % 4) + (e & 1), r = r_lo + 8 * (e >> 1);
-                    if (j >= Sk || (causal && j > r + diag)) sc[4 * i + e] = ninf;
-                }
+        if (SPLIT) kg_fa_release(emptyk, lane);
+        kg_fa_mask<BN>(sc, 0, Sk, causal, jfull, r_lo, diag, lane);
+        kg_fa_softmax<BN>(sc, m, l, alpha, sl2);   // O is 0: alpha multiplies zeros
+        kg_fa_to_p<BN, BF>(sc, p);
+        for (int kb = 1; kb < nb; kb++) {
+            const int sn = s + 1 == NST ? 0 : s + 1;
+            const unsigned pn = sn == 0 ? phase ^ 1 : phase;
+            kg_bar_wait(fullk + 8 * sn, pn);
+            kg_bar_wait(fullv + 8 * s, phase);
+            kg_fa_turn_wait(c);
+            kg_fa_qk_issue<D, BF>(sc, qs, skv + 2 * sn * KVB);
+            kg_fa_rescale<D>(o, alpha);   // to block kb-1's maximum, while Q·K^T runs
+            kg_fa_pv_issue<D, BF>(o, p, skv + 2 * s * KVB + KVB);
+            kg_fa_turn_pass(c);
+            kg_wg_wait<1>();   // the scores of block kb; block kb-1's P·V may run on
+            kg_wg_touch<BN / 2>(sc);
+            if (SPLIT) kg_fa_release(emptyk + 8 * sn, lane);
+            kg_fa_mask<BN>(sc, kb * BN, Sk, causal, jfull, r_lo, diag, lane);
+            kg_fa_softmax<BN>(sc, m, l, alpha, sl2);
+            kg_fa_wait_after(l[0]);
+            kg_wg_touch<D / 2>(o);
+            kg_fa_release(emptyv + 8 * s, lane);
+            kg_fa_to_p<BN, BF>(sc, p);
+            s = sn, phase = pn;
         }
-        float alpha[2];
-        kg_fa_softmax<BN>(sc, m, l, alpha, sl2);
-#pragma unroll
-        for (int i = 0; i < D / 8; i++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) o[4 * i + e] *= alpha[e >> 1];
-        unsigned p[BN / 16][4];   // P as the A fragments of the k16 steps of O += P·V
-#pragma unroll
-        for (int k = 0; k < BN / 16; k++)
-#pragma unroll
-            for (int e = 0; e < 4; e++)
-                p[k][e] = BF ? kg_wg_pack(sc[8 * k + 2 * e], sc[8 * k + 2 * e + 1], kg_bf16())
-                             : kg_wg_pack(sc[8 * k + 2 * e], sc[8 * k + 2 * e + 1], kg_f16());
         kg_bar_wait(fullv + 8 * s, phase);
-        kg_wg_fence();
-#pragma unroll
-        for (int k = 0; k < BN / 16; k++) kg_fa_pv<BF, D>(o, p[k], kg_wg_desc_mn(vs + k * 16 * 128, BN * 128));
-        kg_wg_commit();
+        kg_fa_turn_wait(c);
+        kg_fa_rescale<D>(o, alpha);
+        kg_fa_pv_issue<D, BF>(o, p, skv + 2 * s * KVB + KVB);
+        if (c == 0) kg_fa_turn_pass(c);   // warpgroup 1 issues last: no turn left to pass
         kg_wg_wait<0>();
         kg_wg_touch<D / 2>(o);
-        __syncwarp();
-        if (lane == 0) kg_bar_arrive(empty + 8 * s);
-        if (++s == FA_STAGES) s = 0, phase ^= 1;
+        kg_fa_release(emptyv + 8 * s, lane);
     }
 
     // Epilogue: rows past the sequence and columns past Dh are not stored.
