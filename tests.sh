@@ -522,16 +522,17 @@ expect 2 "--dump with compare" $K compare gemm --device cpu --shape 64x64x64 --v
 expect 2 "--seeds 0" $K all --device cpu --shapes "$tmp/two.txt" --seeds 0
 # Seeds: the suite on N seeds, and per case how many passed.
 expect 0 "all --seeds 3" $K all --device cpu --shapes "$tmp/two.txt" --seeds 3
-expect 0 "a case over the CPU device's 100 GFLOP: skipped there (exit 0)" \
-    $K attn --device cpu --dtype bf16 --batch 4 --seq 4096 --heads 32 --dim 128
-has "$tmp/out" "d128 +- +skip +1100 GFLOP: over the CPU device's 100 \(a case for a GPU\)" "the skip names the case's FLOPs and the limit"
-expect 0 "a small attention case runs there" $K attn --device cpu --dtype bf16 --seq 96 --heads 2 --dim 64
-has "$tmp/out" "1 case, 2 outputs: 2 passed" "the small case ran and passed"
 has "$tmp/out" "^seeds 42\.\.44: " "the seeds summary names the seeds"
 has "$tmp/out" "attn bf16 b1 s30:20 h2:2 d16 causal bwd +3/3" "each case: passed on 3 of 3"
 has "$tmp/out" "kgate: 2 cases on 3 seeds: 2 passed on every seed, 0 failed on some" "the seeds verdict line"
 expect 1 "all --seeds 2 with a planted fault" $K all --device cpu --shapes "$tmp/two.txt" --seeds 2 --seed 7 --inject nan
 has "$tmp/out" "gemm bf16 NN 64x48x40 +0/2 FAIL \(first on seed 7\)" "a failing case names its first failing seed"
+# The CPU device's size limit: a vendor-sized attention case is a case for a GPU.
+expect 0 "a case over the CPU device's 100 GFLOP: skipped there (exit 0)" \
+    $K attn --device cpu --dtype bf16 --batch 4 --seq 4096 --heads 32 --dim 128
+has "$tmp/out" "d128 +- +skip +1100 GFLOP: over the CPU device's 100 \(a case for a GPU\)" "the skip names the case's FLOPs and the limit"
+expect 0 "a small attention case runs there" $K attn --device cpu --dtype bf16 --seq 96 --heads 2 --dim 64
+has "$tmp/out" "1 case, 2 outputs: 2 passed" "the small case ran and passed"
 
 echo "== tolerances: looser needs --why"
 expect 2 "--rtol 0.05 without --why" $K gemm --device cpu --shape 64x64x64 --rtol 0.05

@@ -279,11 +279,13 @@ static void attn_sm90_fwd(struct run *r, int i)
 }
 
 /* The forward (owner O: O and LSE) or the backward (owner dQ: dQ, dK, dV)
- * of an attention case.  GPU: kg_attn_fwd_<dt>; kg_attn_bwd_pre_<dt>, then
- * kg_attn_bwd_dkdv_<dt> and kg_attn_bwd_dq_<dt>, reading the forward's O and
- * LSE; 256 threads, grid (ceil(longest sequence / 16), heads, sequences), the
- * kernels striding over their own tiles.  CPU: ref.c's flash-style candidate
- * on the canonical inputs (the values the device buffers hold). */
+ * of an attention case.  GPU: the forward through the sm_90a kernel when
+ * attn_sm90_pick finds one, else kg_attn_fwd_<dt>; the backward through
+ * kg_attn_bwd_pre_<dt>, then kg_attn_bwd_dkdv_<dt> and kg_attn_bwd_dq_<dt>,
+ * reading the forward's O and LSE; the portable kernels: 256 threads, grid
+ * (ceil(longest sequence / 16), heads, sequences), striding over their own
+ * tiles.  CPU: ref.c's flash-style candidate on the canonical inputs (the
+ * values the device buffers hold). */
 static void attn_launch(struct run *r, int o)
 {
     static const char *const fwd[DT_COUNT] = { NULL, "kg_attn_fwd_f16", "kg_attn_fwd_bf16" };
@@ -305,8 +307,9 @@ static void attn_launch(struct run *r, int o)
     int tq = (int)a->tq;
     float scale = (float)a->g.scale;
     unsigned gq = (unsigned)((a->max_sq + 15) / 16), gk = (unsigned)((a->max_sk + 15) / 16);
-    if (o == a->o && attn_sm90_pick(r) >= 0) {
-        attn_sm90_fwd(r, attn_sm90_pick(r));
+    int fast = o == a->o ? attn_sm90_pick(r) : -1;
+    if (fast >= 0) {
+        attn_sm90_fwd(r, fast);
         return;
     }
     if (o == a->o) {

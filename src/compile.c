@@ -420,7 +420,7 @@ static void arm_build(struct device *d, struct arm *a)
         a->attn_sm90_smem[i] = module_int(d, "kg_attn_sm90", attn_smem[i], 0);
         if (a->attn_sm90_smem[i] < 0 || a->attn_sm90_smem[i] > 256 * 1024)
             die(EXIT_DEVICE, "%s publishes an sm_90a attention forward (kg_attn_sm90%s) of %d bytes of shared memory "
-                "(want 1 to 262144)", a->src_name, attn_smem[i], a->attn_sm90_smem[i]);
+                "(want 0, none, to 262144)", a->src_name, attn_smem[i], a->attn_sm90_smem[i]);
     }
 }
 
