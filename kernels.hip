@@ -1567,7 +1567,7 @@ KG_ATTN_ENTRIES(bf16, kg_bf16)
 #define FA_Q_BYTES(D) (FA_BM * (D) * 2)
 #define FA_KV_BYTES(D) (FA_BN(D) * (D) * 2)
 // Dynamic shared memory: Q, the K and V stages, 1 KiB to align them to the
-// swizzle pattern, the barriers (Q's, then full K, full V, empty K, empty V
+// swizzle pattern, the barriers (Q's, then full K, full V, empty V, empty K
 // per stage).
 #define FA_NST(D) ((D) == 256 ? 2 : FA_STAGES)   // stages: 3 of 256 would need 257 KiB
 #define FA_SMEM(D) (FA_Q_BYTES(D) + 2 * FA_NST(D) * FA_KV_BYTES(D) + 1024 + 8 * (1 + 4 * FA_NST(D)))
@@ -1764,7 +1764,7 @@ __device__ static inline void kg_fa_fwd(const kg_tmap *tq, const kg_tmap *tk, co
     extern __shared__ unsigned char kg_dsmem[];
     const unsigned base = (kg_smem_addr(kg_dsmem) + 1023u) & ~1023u;
     const unsigned sq = base, skv = base + QB;            // stage s: K at skv + 2s·KVB, V after it
-    const unsigned qbar = skv + 2 * NST * KVB;      // then full and empty K[s], V[s]
+    const unsigned qbar = skv + 2 * NST * KVB;      // then full K[s], full V[s], empty V[s], empty K[s]
     const bool SPLIT = D <= FA_SPLIT_MAXD;                 // K freed apart from V
     const unsigned fullk = qbar + 8, fullv = fullk + 8 * NST, emptyv = fullv + 8 * NST;
     const unsigned emptyk = SPLIT ? emptyv + 8 * NST : emptyv;
