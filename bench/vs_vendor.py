@@ -182,26 +182,26 @@ def main():
                     vs[label].append(vendor_us(fn, flush, a.samples))
                 ks.append(kgate_us(a.kgate, args, a.timeout)[0])
         except (RuntimeError, torch.OutOfMemoryError) as e:
-            print("%-34s FAIL %s" % (name, e))
+            print("%-44s FAIL %s" % (name, e))
             rows.append({"case": name, "kgate_args": args, "error": str(e)})
             status = 1
             continue
         finally:
             del fns
             torch.cuda.empty_cache()
+        def shown(label):   # the row's name: the case's, and the vendor's when it has several
+            return name if len(vendors) == 1 else name + " [" + label + "]"
         for label, why in refused:
-            print("%-34s %s refused the case: %s" % (name if len(vendors) == 1 else name + " [" + label + "]",
-                                                      label, why[:200]))
+            print("%-44s %s refused the case: %s" % (shown(label), label, why[:200]))
             rows.append({"case": name, "vendor": label, "kgate_args": args, "refused": why})
         for label, times in vs.items():
             ratios = [v / k for v, k in zip(times, ks)]
             v, k = statistics.median(times), statistics.median(ks)
-            shown = name if len(vendors) == 1 else name + " [" + label + "]"
             row = {"case": name, "vendor": label, "kgate_args": args, "vendor_us": times, "kgate_us": ks,
                    "ratios": ratios, "vendor_tflops": flops / v / 1e6, "kgate_tflops": flops / k / 1e6,
                    "ratio": statistics.median(ratios), "ratio_min": min(ratios), "ratio_max": max(ratios)}
             rows.append(row)
-            print("%-44s %12.1f %12.1f %10.3f (%.3f-%.3f)" % (shown, row["vendor_tflops"], row["kgate_tflops"],
+            print("%-44s %12.1f %12.1f %10.3f (%.3f-%.3f)" % (shown(label), row["vendor_tflops"], row["kgate_tflops"],
                                                                row["ratio"], row["ratio_min"], row["ratio_max"]))
         sys.stdout.flush()
     if a.json:

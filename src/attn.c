@@ -235,20 +235,14 @@ static int attn_sm90_pick(const struct run *r)
 
 /* Encode into m the TMA map of an attention tensor: `tokens` x `heads` x d
  * elements of dt at base, read in boxes of 64 elements x 1 head x box_rows
- * tokens with the 128-byte swizzle and zeros out of range (the columns
- * past d of a padded head dim, the tokens past the last).  Exits 5 when the
- * driver refuses it. */
+ * tokens (tmap_make: zeros past d of a padded head dim and past the last
+ * token). */
 static void attn_tmap(const struct device *d, struct tmap *m, enum dtype dt, uint64_t base, size_t tokens,
                       size_t heads, size_t dim, unsigned box_rows)
 {
-    if (!d->rt.tmap_encode) die(EXIT_DEVICE, "the driver lacks cuTensorMapEncodeTiled (sm_90a attention)");
     const uint64_t dims[3] = { dim, heads, tokens }, strides[2] = { dim * 2, heads * dim * 2 };
-    const unsigned box[3] = { 64, 1, box_rows }, step[3] = { 1, 1, 1 };
-    int type = dt == DT_BF16 ? 9 : 6;   /* CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 / _FLOAT16 */
-    kg_res res = d->rt.tmap_encode(m->b, type, 3, (void *)(uintptr_t)base, dims, strides, box, step,
-                                   0 /* no interleave */, 3 /* 128-byte swizzle */, 2 /* L2 promotion 128 B */,
-                                   0 /* zero fill */);
-    if (res != 0) die(EXIT_DEVICE, "cuTensorMapEncodeTiled (attention) failed: %s (%d)", gpu_err_name(d, res), res);
+    const unsigned box[3] = { 64, 1, box_rows };
+    tmap_make(d, m, 2, dt, 3, base, dims, strides, box, "attention");
 }
 
 /* The forward of case a through kg_attn_fwd_sm90_d<D>_<dt> (i: D's index,

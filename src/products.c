@@ -92,26 +92,37 @@ static int tma_aligned(uint64_t base, int64_t ld, size_t es) { return base % 16 
 /* A TMA descriptor (CUtensorMap): 128 opaque bytes, 64-byte aligned. */
 struct tmap { _Alignas(64) unsigned char b[128]; };
 
+/* Encode into m a tiled tensor map of `rank` dimensions (innermost first:
+ * dims, the byte strides of dims 1.., box) of es-byte elements (2: fp16 or
+ * bf16 as dt; 1: fp8 codes) at base, with the 128-byte swizzle and zeros
+ * out of range; exits 5 when the driver lacks the call or refuses the map
+ * (`what` names the kernel family). */
+static void tmap_make(const struct device *d, struct tmap *m, size_t es, enum dtype dt, unsigned rank,
+                      uint64_t base, const uint64_t *dims, const uint64_t *strides, const unsigned *box,
+                      const char *what)
+{
+    static const unsigned step[3] = { 1, 1, 1 };
+    if (!d->rt.tmap_encode) die(EXIT_DEVICE, "the driver lacks cuTensorMapEncodeTiled (sm_90a %s)", what);
+    int type = es == 1 ? 0 : dt == DT_BF16 ? 9 : 6;   /* CU_TENSOR_MAP_DATA_TYPE_UINT8 / _BFLOAT16 / _FLOAT16 */
+    kg_res r = d->rt.tmap_encode(m->b, type, rank, (void *)(uintptr_t)base, dims, strides, box, step,
+                                 0 /* no interleave */, 3 /* 128-byte swizzle */, 2 /* L2 promotion 128 B */,
+                                 0 /* zero fill */);
+    if (r != 0) die(EXIT_DEVICE, "cuTensorMapEncodeTiled (%s) failed: %s (%d)", what, gpu_err_name(d, r), r);
+}
+
 /* Encode into m the tensor map of a K-major operand of `es`-byte elements
  * (2: fp16 or bf16 as dt; 1: fp8 codes): `rows` rows of K elements at device
  * address base, row stride ld elements, read in boxes of 128 bytes x
- * box_rows with the 128-byte swizzle and zeros out of range.  Returns 0,
- * encoding nothing, when TMA cannot take the operand (base or row stride not
- * a multiple of 16 bytes, K = 0); exits 5 when the driver refuses a map it
- * should take. */
+ * box_rows (tmap_make).  Returns 0, encoding nothing, when TMA cannot take
+ * the operand (base or row stride not a multiple of 16 bytes, K = 0). */
 static int tmap_encode(const struct device *d, struct tmap *m, size_t es, enum dtype dt, uint64_t base,
                        size_t rows, size_t K, int64_t ld, unsigned box_rows)
 {
     uint64_t stride = (uint64_t)ld * es;
     if (!K || !rows || !tma_aligned(base, ld, es) || stride >= (1ull << 40)) return 0;
-    if (!d->rt.tmap_encode) die(EXIT_DEVICE, "the driver lacks cuTensorMapEncodeTiled (sm_90a GEMM)");
     const uint64_t dims[2] = { K, rows }, strides[1] = { stride };
-    const unsigned box[2] = { (unsigned)(128 / es), box_rows }, step[2] = { 1, 1 };
-    int type = es == 1 ? 0 : dt == DT_BF16 ? 9 : 6;   /* CU_TENSOR_MAP_DATA_TYPE_UINT8 / _BFLOAT16 / _FLOAT16 */
-    kg_res r = d->rt.tmap_encode(m->b, type, 2, (void *)(uintptr_t)base, dims, strides, box, step,
-                                 0 /* no interleave */, 3 /* 128-byte swizzle */, 2 /* L2 promotion 128 B */,
-                                 0 /* zero fill */);
-    if (r != 0) die(EXIT_DEVICE, "cuTensorMapEncodeTiled failed: %s (%d)", gpu_err_name(d, r), r);
+    const unsigned box[2] = { (unsigned)(128 / es), box_rows };
+    tmap_make(d, m, es, dt, 2, base, dims, strides, box, "GEMM");
     return 1;
 }
 
