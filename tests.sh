@@ -1066,21 +1066,27 @@ else
 fi
 
 echo "== sm_90a fast paths: wgmma in kernels.hip's sm_90a build (no GPU)"
-# The Hopper entry points (kernels.hip, "GEMM, Hopper path" and "Attention forward, Hopper path"): each
+# The Hopper entry points (kernels.hip, "GEMM, Hopper path", "Attention forward, Hopper path" and
+# "Attention backward, Hopper path"): each
 # must issue wgmma in its own body (a wgmma behind a call is serialized: ptxas C7510) and compile with no
 # spill and no warning.
 FAST90="kg_gemm_sm90_bf16 kg_gemm_sm90_f16 kg_qgemm_sm90_e4m3_bf16 kg_qgemm_sm90_e5m2_bf16
         kg_attn_fwd_sm90_d64_bf16 kg_attn_fwd_sm90_d128_bf16 kg_attn_fwd_sm90_d256_bf16
-        kg_attn_fwd_sm90_d64_f16 kg_attn_fwd_sm90_d128_f16 kg_attn_fwd_sm90_d256_f16"
+        kg_attn_fwd_sm90_d64_f16 kg_attn_fwd_sm90_d128_f16 kg_attn_fwd_sm90_d256_f16
+        kg_attn_bwd_dkdv_sm90_d64_bf16 kg_attn_bwd_dkdv_sm90_d128_bf16 kg_attn_bwd_dkdv_sm90_d64_f16
+        kg_attn_bwd_dkdv_sm90_d128_f16 kg_attn_bwd_dq_sm90_d64_bf16 kg_attn_bwd_dq_sm90_d128_bf16
+        kg_attn_bwd_dq_sm90_d64_f16 kg_attn_bwd_dq_sm90_d128_f16"
 nfast=$(echo $FAST90 | wc -w)
 nvcc=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
 ptxas=$(command -v ptxas || echo /usr/local/cuda/bin/ptxas)
 # sm90_ptx_check [-D...]: compile kernels.hip to sm_90a PTX (nvcc, the NVRTC front end) and ptxas it;
-# print one line per fast entry lacking wgmma.mma_async in its body, a spill, or a ptxas warning.
+# print one line per fast entry lacking wgmma.mma_async in its body, a spill, a ptxas warning, or a
+# ptxas C75xx note (wgmma serialized: the kernel runs, its products one at a time; e.g. C7512 for
+# -D FB_DQ_BN=128, short of registers, and C7514 for a read of accumulators before their wait).
 sm90_ptx_check() {
     "$nvcc" -arch=sm_90a -ptx -x cu "$@" kernels.hip -o "$tmp/k90.ptx" 2>"$tmp/k90.err" || { echo "nvcc failed: $(head -c 300 "$tmp/k90.err")"; return; }
     "$ptxas" -arch=sm_90a -v "$tmp/k90.ptx" -o "$tmp/k90.cubin" 2>"$tmp/k90.log" || { echo "ptxas failed: $(head -c 300 "$tmp/k90.log")"; return; }
-    grep -i "warning" "$tmp/k90.log" | head -3
+    grep -iE "warning|C75[0-9][0-9]" "$tmp/k90.log" | head -3
     for e in $FAST90; do
         n=$(awk -v e="$e" '/\.entry /{name=$3; sub(/\(.*/, "", name)} /\.func /{name=""} name == e && /wgmma\.mma_async/{n++} END{print n + 0}' "$tmp/k90.ptx")
         [ "$n" -ge 4 ] || echo "$e: $n wgmma.mma_async in its PTX body, want >= 4"
@@ -1090,7 +1096,7 @@ sm90_ptx_check() {
 }
 if [ -x "$nvcc" ] && [ -x "$ptxas" ]; then
     probs=$(sm90_ptx_check)
-    [ -z "$probs" ] && ok "the $nfast sm_90a entry points hold wgmma.mma_async in their PTX; ptxas: no spill, no warning" \
+    [ -z "$probs" ] && ok "the $nfast sm_90a entry points hold wgmma.mma_async in their PTX; ptxas: no spill, no warning, no wgmma serialized" \
         || bad "sm_90a fast paths: $probs"
     probs=$(sm90_ptx_check -DWG_CLUSTER=2 -DWG_STORE_V4=0)
     [ -z "$probs" ] && ok "the knobs' other side (-D WG_CLUSTER=2 -D WG_STORE_V4=0) builds the same way: wgmma, no spill, no warning" \
@@ -1098,6 +1104,10 @@ if [ -x "$nvcc" ] && [ -x "$ptxas" ]; then
     grep -q "\.reqnctapercluster 2, 1, 1" "$tmp/k90.ptx" && grep -q "multicast::cluster" "$tmp/k90.ptx" \
         && ok "-D WG_CLUSTER=2: the entries ask for clusters of 2 and load with TMA multicast" \
         || bad "-D WG_CLUSTER=2: no .reqnctapercluster 2, 1, 1 or no multicast in the PTX"
+    probs=$(sm90_ptx_check -DFB_DQ_BN=128)
+    printf '%s\n' "$probs" | grep -q "C7512.*kg_attn_bwd_dq_sm90_d128" \
+        && ok "planted: a -D FB_DQ_BN=128 build (wgmma serialized for want of registers, ptxas C7512) is named" \
+        || bad "-D FB_DQ_BN=128: the check did not name ptxas's C7512: $probs"
     probs=$(sm90_ptx_check -DKG_PORTABLE=1)
     n=$(printf '%s\n' "$probs" | grep -c "wgmma.mma_async in its PTX body")
     [ "$n" -eq "$nfast" ] && ok "planted: a -D KG_PORTABLE=1 build lacks the $nfast fast entries, and the check says so for each" \
@@ -1123,6 +1133,9 @@ if [ -n "$cudir" ] && { ldconfig -p 2>/dev/null | grep -q libnvrtc || [ -e /usr/
                 [ "${w:-0}" -ge 4 ] && ok "$e: $w wgmma in SASS, first $first" || bad "$e: wgmma column '$w'" ;;
             # the attention forward: S = Q·K^T (D/16 steps) and O += P·V (BN/16 steps) per key block
             kg_attn_fwd_sm90_d*:HGMMA.64x*)
+                [ "${w:-0}" -ge 12 ] && ok "$e: $w wgmma in SASS, first $first" || bad "$e: wgmma column '$w'" ;;
+            # the backward: S and dP (D/16 steps each), then dV and dK (dK/dV pass) or dQ (dQ pass)
+            kg_attn_bwd_*_sm90_d*:HGMMA.64x*)
                 [ "${w:-0}" -ge 12 ] && ok "$e: $w wgmma in SASS, first $first" || bad "$e: wgmma column '$w'" ;;
             *) bad "$e: SASS row '$row'" ;;
         esac

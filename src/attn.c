@@ -272,11 +272,73 @@ static void attn_sm90_fwd(struct run *r, int i)
     gpu_launch_dims(r->d, names[i][t], &l, params);
 }
 
+/* Which sm_90a backward runs case a on the current arm: 0 (head dim 64)
+ * or 1 (128) for the smallest that holds d, when the arm has both passes
+ * of it and TMA can read Q, K, V and dO (as attn_sm90_pick); -1 otherwise
+ * (the portable kernels). */
+static int attn_sm90_bwd_pick(const struct run *r)
+{
+    const struct attn_case *a = r->attn;
+    const struct arm *arm = r->d->arm;
+    size_t d = a->g.d;
+    if (d % 8 || d > 128 || !tma_aligned(a->d_q, 0, 2) || !tma_aligned(a->d_k, 0, 2) || !tma_aligned(a->d_v, 0, 2) ||
+        !tma_aligned(a->d_do, 0, 2) || r->out[a->dq_out].buf % 4 || r->out[a->dk_out].buf % 4 ||
+        r->out[a->dv_out].buf % 4)
+        return -1;
+    int i = d <= 64 ? 0 : 1;
+    return arm->attn_bwd_smem[i][0] > 0 && arm->attn_bwd_smem[i][1] > 0 ? i : -1;
+}
+
+/* The backward of case a through the sm_90a passes (i from
+ * attn_sm90_bwd_pick), after kg_attn_bwd_pre_<dt> has written Dsum:
+ * kg_attn_bwd_dkdv_sm90_d<D>_<dt> on grid (ceil(longest Sk / 128), Hkv, B)
+ * with Q and dO in boxes of the arm's query rows, K and V in boxes of 128;
+ * kg_attn_bwd_dq_sm90_d<D>_<dt> on grid (ceil(longest Sq / 128), Hq, B)
+ * with Q and dO in boxes of 128, K and V of the arm's keys; 384 threads
+ * each. */
+static void attn_sm90_bwd(struct run *r, int i)
+{
+    static const char *const dkdv[2][DT_COUNT] = {
+        { NULL, "kg_attn_bwd_dkdv_sm90_d64_f16", "kg_attn_bwd_dkdv_sm90_d64_bf16" },
+        { NULL, "kg_attn_bwd_dkdv_sm90_d128_f16", "kg_attn_bwd_dkdv_sm90_d128_bf16" },
+    };
+    static const char *const dq[2][DT_COUNT] = {
+        { NULL, "kg_attn_bwd_dq_sm90_d64_f16", "kg_attn_bwd_dq_sm90_d64_bf16" },
+        { NULL, "kg_attn_bwd_dq_sm90_d128_f16", "kg_attn_bwd_dq_sm90_d128_bf16" },
+    };
+    struct attn_case *a = r->attn;
+    const struct arm *arm = r->d->arm;
+    enum dtype t = r->c->dt;
+    const struct attn_geom *g = &a->g;
+    int hq = (int)g->hq, hkv = (int)g->hkv, d = (int)g->d, causal = g->causal;
+    float scale = (float)g->scale;
+    uint64_t L = r->out[a->lse].buf, dQ = r->out[a->dq_out].buf, dK = r->out[a->dk_out].buf,
+             dV = r->out[a->dv_out].buf;
+    struct tmap tq, tdo, tk, tv;
+    attn_tmap(r->d, &tq, t, a->d_q, a->tq, g->hq, g->d, (unsigned)arm->attn_bwd_bm);
+    attn_tmap(r->d, &tdo, t, a->d_do, a->tq, g->hq, g->d, (unsigned)arm->attn_bwd_bm);
+    attn_tmap(r->d, &tk, t, a->d_k, a->tk, g->hkv, g->d, 128);
+    attn_tmap(r->d, &tv, t, a->d_v, a->tk, g->hkv, g->d, 128);
+    void *kp[] = { &tq, &tdo, &tk, &tv, &L, &a->dsum, &dK, &dV, &a->dcu_q, &a->dcu_k, &hq, &hkv, &d, &scale, &causal };
+    struct launch_dims l = { { (unsigned)((a->max_sk + 127) / 128), (unsigned)hkv, (unsigned)g->b }, 384,
+                             (unsigned)arm->attn_bwd_smem[i][0], 0 };
+    gpu_launch_dims(r->d, dkdv[i][t], &l, kp);
+    attn_tmap(r->d, &tq, t, a->d_q, a->tq, g->hq, g->d, 128);
+    attn_tmap(r->d, &tdo, t, a->d_do, a->tq, g->hq, g->d, 128);
+    attn_tmap(r->d, &tk, t, a->d_k, a->tk, g->hkv, g->d, (unsigned)arm->attn_bwd_dq_bn);
+    attn_tmap(r->d, &tv, t, a->d_v, a->tk, g->hkv, g->d, (unsigned)arm->attn_bwd_dq_bn);
+    void *qp[] = { &tq, &tdo, &tk, &tv, &L, &a->dsum, &dQ, &a->dcu_q, &a->dcu_k, &hq, &hkv, &d, &scale, &causal };
+    l = (struct launch_dims){ { (unsigned)((a->max_sq + 127) / 128), (unsigned)hq, (unsigned)g->b }, 384,
+                              (unsigned)arm->attn_bwd_smem[i][1], 0 };
+    gpu_launch_dims(r->d, dq[i][t], &l, qp);
+}
+
 /* The forward (owner O: O and LSE) or the backward (owner dQ: dQ, dK, dV)
  * of an attention case.  GPU: the forward through the sm_90a kernel when
  * attn_sm90_pick finds one, else kg_attn_fwd_<dt>; the backward through
- * kg_attn_bwd_pre_<dt>, then kg_attn_bwd_dkdv_<dt> and kg_attn_bwd_dq_<dt>,
- * reading the forward's O and LSE; the portable kernels: 256 threads, grid
+ * kg_attn_bwd_pre_<dt>, then the sm_90a passes when attn_sm90_bwd_pick finds
+ * them, else kg_attn_bwd_dkdv_<dt> and kg_attn_bwd_dq_<dt>, reading the
+ * forward's O and LSE; the portable kernels: 256 threads, grid
  * (ceil(longest sequence / 16), heads, sequences), striding over their own
  * tiles.  CPU: ref.c's flash-style candidate on the canonical inputs (the
  * values the device buffers hold). */
@@ -315,6 +377,11 @@ static void attn_launch(struct run *r, int o)
     uint64_t dQ = r->out[a->dq_out].buf, dK = r->out[a->dk_out].buf, dV = r->out[a->dv_out].buf;
     void *pp[] = { &O->buf, &a->d_do, &a->dsum, &tq, &hq, &d };
     gpu_launch(r->d, pre[t], (unsigned)((a->tq * a->g.hq + 255) / 256), 1, 1, 256, pp);
+    int fast_bwd = attn_sm90_bwd_pick(r);
+    if (fast_bwd >= 0) {
+        attn_sm90_bwd(r, fast_bwd);
+        return;
+    }
     void *kp[] = { &a->d_q, &a->d_k, &a->d_v, &a->d_do, &L->buf, &a->dsum, &dK, &dV, &a->dcu_q, &a->dcu_k, &B, &hq,
                    &hkv, &d, &scale, &causal };
     gpu_launch(r->d, dkdv[t], gk, (unsigned)hkv, (unsigned)B, 256, kp);

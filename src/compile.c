@@ -356,6 +356,8 @@ struct arm {
     int sm90_cluster;             /* its blocks per cluster (1 or 2) */
     int sm90_pack;                /* 1: operands TMA cannot read are packed first (kg_pack_rows) */
     int attn_sm90_smem[3];        /* kg_attn_sm90_smem_d{64,128,256}: > 0 = it has that sm_90a attention forward */
+    int attn_bwd_smem[2][2];      /* [d64, d128][dK/dV, dQ]: kg_attn_bwd_sm90_smem_d<D>, kg_attn_bwd_dq_sm90_smem_d<D> */
+    int attn_bwd_bm, attn_bwd_dq_bn;  /* the sm_90a backward's boxes: dK/dV's query rows, dQ's keys (64 or 128) */
 };
 
 /* Add the definition "NAME[=VALUE]" to arm a. */
@@ -389,6 +391,27 @@ static void arm_use(struct device *d, struct arm *a)
     d->kfns = &a->kfns;
 }
 
+/* Read the sm_90a attention backward that arm a's code object publishes
+ * (none: every size 0); exit 5 on sizes or boxes kgate cannot launch. */
+static void arm_read_attn_bwd(struct device *d, struct arm *a)
+{
+    static const char *const pass[2] = { "kg_attn_bwd_sm90", "kg_attn_bwd_dq_sm90" };
+    static const char *const dim[2] = { "_smem_d64", "_smem_d128" };
+    for (int i = 0; i < 2; i++)
+        for (int p = 0; p < 2; p++) {
+            int v = a->attn_bwd_smem[i][p] = module_int(d, pass[p], dim[i], 0);
+            if (v < 0 || v > 256 * 1024)
+                die(EXIT_DEVICE, "%s publishes an sm_90a attention backward (%s%s) of %d bytes of shared memory "
+                    "(want 0, none, to 262144)", a->src_name, pass[p], dim[i], v);
+        }
+    a->attn_bwd_bm = module_int(d, "kg_attn_bwd_sm90", "_bm", 0);
+    a->attn_bwd_dq_bn = module_int(d, "kg_attn_bwd_dq_sm90", "_bn", 0);
+    int has = a->attn_bwd_smem[0][0] || a->attn_bwd_smem[1][0];
+    if (has && ((a->attn_bwd_bm != 64 && a->attn_bwd_bm != 128) || (a->attn_bwd_dq_bn != 64 && a->attn_bwd_dq_bn != 128)))
+        die(EXIT_DEVICE, "%s publishes an sm_90a attention backward with boxes of %d query rows and %d keys (want 64 "
+            "or 128 each)", a->src_name, a->attn_bwd_bm, a->attn_bwd_dq_bn);
+}
+
 /* Build arm a for device d: compile (or take from the cache) and load its
  * code object, and read the GEMM tile it publishes; on the CPU, hash it. */
 static void arm_build(struct device *d, struct arm *a)
@@ -396,6 +419,7 @@ static void arm_build(struct device *d, struct arm *a)
     a->tile_m = a->tile_n = 64;
     a->sm90_smem = 0;
     memset(a->attn_sm90_smem, 0, sizeof a->attn_sm90_smem);
+    memset(a->attn_bwd_smem, 0, sizeof a->attn_bwd_smem);
     if (d->kind == DEV_CPU) { arm_hash_cpu(a); return; }
     compile_source(&d->rtc, d->pf, a->src, a->src_name, d->arch, (const char *const *)a->defines,
                    a->ndefines, &a->code);
@@ -422,6 +446,7 @@ static void arm_build(struct device *d, struct arm *a)
             die(EXIT_DEVICE, "%s publishes an sm_90a attention forward (kg_attn_sm90%s) of %d bytes of shared memory "
                 "(want 0, none, to 262144)", a->src_name, attn_smem[i], a->attn_sm90_smem[i]);
     }
+    arm_read_attn_bwd(d, a);
 }
 
 /* Give back what arm_build and arm_define took. */
