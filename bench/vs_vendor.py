@@ -4,16 +4,18 @@
 For each case, R rounds of: PyTorch's own operation (torch.matmul,
 torch._scaled_mm, torch._grouped_mm: cuBLAS/cuBLASLt on NVIDIA, hipBLASLt on
 ROCm; attention: scaled_dot_product_attention through each of its cuDNN and
-flash backends) timed here with CUDA events, L2 flushed before every sample; then
+flash backends, the forward, or the backward alone through autograd on a
+kept graph) timed here with CUDA events, L2 flushed before every sample; then
 `kgate <case> --json` as a child process, whose time is kgate's own (its
-timer, its L2 flush) and counts only when every gate of the case passed.
+timer, its L2 flush; a --bwd case: its dQ launch alone, which computes dQ,
+dK and dV) and counts only when every gate of the case passed.
 Prints both in TFLOP/s and the ratio kgate / vendor (time of the vendor over
 time of kgate: above 1 = kgate faster), median over the rounds with the
 min-max spread; one row per vendor operation (attention: cuDNN and flash),
 all timed in the same rounds as kgate.  A backend that refuses a case (it
 raises) gets a row saying so and does not fail the run.
 
-    python3 bench/vs_vendor.py [--kgate ./kgate] [--rounds 3] [--only SUBSTR] [--json FILE] [--timeout S]
+    python3 bench/vs_vendor.py [--kgate ./kgate] [--rounds 3] [--only SUBSTR[$]] [--json FILE] [--timeout S]
 
 Exit status: 0 when every case ran and passed its gates, 1 when a case failed
 a gate or kgate failed, 2 on bad usage.
@@ -26,9 +28,10 @@ import sys
 
 import torch
 
-# Each case: a name, kgate's arguments, the FLOPs, and the vendor operations:
+# Each case: a name, kgate's arguments, the FLOPs, the vendor operations
 # (label, a function that builds the operation, a no-argument callable, on
-# the current device).
+# the current device), and the kgate output whose time is compared (None:
+# the sum of all timed outputs).
 
 
 def gemm_nt(m, n, k, dt):
@@ -68,12 +71,29 @@ def sdpa(b, hq, hkv, s, d, causal, backend):
     return run
 
 
-def attn_case(name, b, hq, hkv, s, d, causal):
-    args = "attn --dtype bf16 --batch %d --seq %d --heads %d:%d --dim %d%s" % (
-        b, s, hq, hkv, d, " --causal" if causal else "")
-    flops = 4 * b * hq * s * s * d // (2 if causal else 1)
-    return (name, args, flops, [("cuDNN", lambda: sdpa(b, hq, hkv, s, d, causal, "cudnn")),
-                                ("FA2", lambda: sdpa(b, hq, hkv, s, d, causal, "flash"))])
+def sdpa_bwd(b, hq, hkv, s, d, causal, backend):
+    """The backward alone of sdpa(...): dQ, dK, dV from a fixed dO through
+    the autograd graph of one forward, kept (retain_graph) and run again at
+    each call."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    be = {"cudnn": SDPBackend.CUDNN_ATTENTION, "flash": SDPBackend.FLASH_ATTENTION}[backend]
+    q, k, v = (torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16).transpose(1, 2).requires_grad_()
+               for h in (hq, hkv, hkv))
+    with sdpa_kernel(be):
+        out = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=hq != hkv)
+    dout = torch.randn_like(out)
+    return lambda: torch.autograd.grad(out, (q, k, v), dout, retain_graph=True)
+
+
+def attn_case(name, b, hq, hkv, s, d, causal, bwd=False):
+    """An attention case: the forward (kgate's O), or with bwd the backward
+    (kgate's dQ launch: Dsum, dK/dV, dQ; 2.5x the forward's FLOPs)."""
+    args = "attn --dtype bf16 --batch %d --seq %d --heads %d:%d --dim %d%s%s" % (
+        b, s, hq, hkv, d, " --causal" if causal else "", " --bwd" if bwd else "")
+    flops = 4 * b * hq * s * s * d // (2 if causal else 1) * (5 if bwd else 2) // 2
+    build = sdpa_bwd if bwd else sdpa
+    return (name, args, flops, [("cuDNN", lambda: build(b, hq, hkv, s, d, causal, "cudnn")),
+                                ("FA2", lambda: build(b, hq, hkv, s, d, causal, "flash"))], "dQ" if bwd else None)
 
 
 RAGGED = [2048, 0, 4096, 1024, 3072, 2048, 2048, 2176]   # 16384 rows, one empty group
@@ -97,11 +117,15 @@ CASES = [
      2 * sum(RAGGED) * 4096 * 4096, lambda: grouped_nt(RAGGED, 4096, 4096)),
 ]
 # Each case above has one vendor operation, the library PyTorch calls.
-CASES = [(n, a, f, [("vendor", b)]) for n, a, f, b in CASES] + [
+CASES = [(n, a, f, [("vendor", b)], None) for n, a, f, b in CASES] + [
     attn_case("attn bf16 B4 H32 S4096 d128", 4, 32, 32, 4096, 128, False),
     attn_case("attn bf16 B4 H32 S4096 d128 causal", 4, 32, 32, 4096, 128, True),
     attn_case("attn bf16 B1 H32:8 S4096 d128 causal", 1, 32, 8, 4096, 128, True),
     attn_case("attn bf16 B4 H32 S4096 d64", 4, 32, 32, 4096, 64, False),
+    attn_case("attn bwd bf16 B4 H32 S4096 d128", 4, 32, 32, 4096, 128, False, True),
+    attn_case("attn bwd bf16 B4 H32 S4096 d128 causal", 4, 32, 32, 4096, 128, True, True),
+    attn_case("attn bwd bf16 B1 H32:8 S4096 d128 causal", 1, 32, 8, 4096, 128, True, True),
+    attn_case("attn bwd bf16 B4 H32 S4096 d64", 4, 32, 32, 4096, 64, False, True),
 ]
 
 
@@ -122,9 +146,10 @@ def vendor_us(fn, flush, samples):
     return statistics.median(times)
 
 
-def kgate_us(kgate, args, timeout):
-    """kgate's median time of the case in microseconds, or raise with the
-    reason: a gate failed, kgate exited non-zero or ran past `timeout` s."""
+def kgate_us(kgate, args, timeout, part=None):
+    """kgate's median time of the case in microseconds (of its output named
+    `part` alone when given, else of all its timed outputs), or raise with
+    the reason: a gate failed, kgate exited non-zero or ran past `timeout` s."""
     cmd = [kgate] + args.split() + ["--json"]
     try:
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
@@ -136,10 +161,16 @@ def kgate_us(kgate, args, timeout):
     case = objs[0]
     if case["verdict"] != "pass":
         raise RuntimeError("%s: verdict %s" % (args, case["verdict"]))
-    times = [o["time"]["median_us"] for o in case["outputs"] if o.get("time")]
+    times = [o["time"]["median_us"] for o in case["outputs"] if o.get("time") and part in (None, o["name"])]
     if not times:
         raise RuntimeError("%s: no time in kgate's JSON" % args)
     return sum(times), case
+
+
+def selected(name, only):
+    """Whether --only `only` selects the case `name`: it contains `only`, or
+    ends with it when `only` ends in $."""
+    return name.endswith(only[:-1]) if only.endswith("$") else only in name
 
 
 def main():
@@ -147,7 +178,7 @@ def main():
     ap.add_argument("--kgate", default="./kgate")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--samples", type=int, default=50, help="vendor samples per round")
-    ap.add_argument("--only", default="", help="run the cases whose name contains this")
+    ap.add_argument("--only", default="", help="run the cases whose name contains this (ending in $: ends with it)")
     ap.add_argument("--json", help="write the table as JSON to this file")
     ap.add_argument("--timeout", type=int, default=300, help="seconds one kgate run may take")
     a = ap.parse_args()
@@ -163,8 +194,8 @@ def main():
           % (torch.cuda.get_device_name(0), torch.__version__, a.rounds))
     print("%-44s %12s %12s %24s" % ("case", "vendor TF/s", "kgate TF/s", "ratio (min-max)"))
     rows, status = [], 0
-    for name, args, flops, vendors in CASES:
-        if a.only not in name:
+    for name, args, flops, vendors, part in CASES:
+        if not selected(name, a.only):
             continue
         fns, refused = [], []
         for label, build in vendors:
@@ -180,7 +211,7 @@ def main():
             for _ in range(a.rounds):
                 for label, fn in fns:
                     vs[label].append(vendor_us(fn, flush, a.samples))
-                ks.append(kgate_us(a.kgate, args, a.timeout)[0])
+                ks.append(kgate_us(a.kgate, args, a.timeout, part)[0])
         except (RuntimeError, torch.OutOfMemoryError) as e:
             print("%-44s FAIL %s" % (name, e))
             rows.append({"case": name, "kgate_args": args, "error": str(e)})
