@@ -98,6 +98,7 @@ enum {
 #include "src/ledger.c"   /* the ledger and the budget */
 #include "src/isa.c"      /* kgate isa; the --expect gate */
 #include "src/codec.c"    /* kgate codec */
+#include "src/diff.c"     /* kgate diff: two --dump directories compared */
 #include "src/selftest.c" /* kgate selftest */
 
 /* ===== The pipeline of one case ===== */
@@ -693,7 +694,7 @@ static int cmd_selftest(const struct opts *o, const char *sub)
  * with the parsed options and, for ledger, its subcommand. */
 static const struct command { const char *name; int (*run)(const struct opts *o, const char *sub); } COMMANDS[] = {
     { "all", cmd_all }, { "ledger", cmd_ledger }, { "devices", cmd_devices }, { "selftest", cmd_selftest },
-    { "isa", cmd_isa },
+    { "isa", cmd_isa }, { "diff", cmd_diff },
 };
 
 /* The K_* bit (options.c) of command `cmd`, or 0 for an unknown command. */
@@ -701,7 +702,7 @@ static unsigned command_kind(const char *cmd)
 {
     static const struct { const char *name; unsigned kind; } KINDS[] = {
         { "compare", K_COMPARE }, { "noise", K_NOISE }, { "all", K_ALL }, { "ledger", K_LEDGER },
-        { "devices", K_DEVICES }, { "selftest", K_SELFTEST }, { "isa", K_ISA },
+        { "devices", K_DEVICES }, { "selftest", K_SELFTEST }, { "isa", K_ISA }, { "diff", K_DIFF },
     };
     for (size_t i = 0; i < sizeof KINDS / sizeof *KINDS; i++)
         if (strcmp(cmd, KINDS[i].name) == 0) return KINDS[i].kind;
@@ -755,6 +756,11 @@ int main(int argc, char **argv)
         ops_parse_case(&one, &o, argc, argv, compare || noise ? 3 : 2, 1);
     } else {
         for (int i = sub ? 3 : 2; i < argc;) {
+            if (o.cmd_kind == K_DIFF && argv[i][0] != '-') {   /* diff's two directories */
+                if (o.diff_dirs[1]) die(EXIT_USAGE, "diff: '%s': give two --dump directories: kgate diff A B", shown(argv[i]));
+                o.diff_dirs[o.diff_dirs[0] != NULL] = argv[i++];
+                continue;
+            }
             int used = opts_parse(&o, argc, argv, i);
             if (!used) die(EXIT_USAGE, "%s: unknown option '%s' (see kgate --help)", cmd, shown(argv[i]));
             i += used;

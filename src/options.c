@@ -33,15 +33,16 @@ struct opts {
     double timeout;               /* --timeout S: the watchdog's limit per launch (0: from the case) */
     unsigned cmd_kind;            /* the command's K_* bit (main sets it; 0: no check, as for shapes lines) */
     unsigned long long seen;      /* the OPT_ROWS given so far: each may be given once (-D excepted) */
+    const char *diff_dirs[2];     /* diff: the two --dump directories A and B */
 };
 
 /* The kinds of command, as bits: which commands an option means something
  * to (OPT_ROWS). */
 enum { K_CASE = 1, K_COMPARE = 2, K_NOISE = 4, K_ALL = 8, K_LEDGER = 16, K_DEVICES = 32, K_SELFTEST = 64,
-       K_ISA = 128 };
+       K_ISA = 128, K_DIFF = 256 };
 #define K_RUNS (K_CASE | K_COMPARE | K_NOISE | K_ALL)   /* the commands that run cases */
 static const char *const K_NAMES[] = { "gemm, grouped, attn", "compare", "noise", "all", "ledger", "devices",
-                                       "selftest", "isa" };
+                                       "selftest", "isa", "diff" };
 
 /* Every run option: whether it takes a value, and the commands it means
  * something to.  An option given to any other command, or given twice
@@ -57,7 +58,7 @@ static const struct opt_row { const char *key; int takes_value; unsigned cmds; }
     { "--ledger", 1, K_RUNS | K_LEDGER },           { "--budget", 1, K_RUNS },
     { "--expect", 1, K_RUNS | K_ISA },              { "--rounds", 1, K_COMPARE | K_NOISE },
     { "--dump", 1, K_CASE | K_ALL },                { "--seeds", 1, K_CASE | K_ALL },
-    { "--json", 0, K_RUNS },                        { "--full", 0, K_RUNS | K_SELFTEST },
+    { "--json", 0, K_RUNS | K_DIFF },               { "--full", 0, K_RUNS | K_SELFTEST },
     { "--timeout", 1, K_RUNS },                     { "--wide", 0, K_RUNS },
 };
 
@@ -79,8 +80,8 @@ static void opts_check_use(struct opts *o, int row, const char *key)
     if (!(cmds & o->cmd_kind)) {
         char list[160] = "";
         int n = 0, k = 0;
-        for (unsigned b = 0; b < 8; b++) n += (cmds >> b) & 1;
-        for (unsigned b = 0; b < 8; b++)
+        for (unsigned b = 0; b < 9; b++) n += (cmds >> b) & 1;
+        for (unsigned b = 0; b < 9; b++)
             if ((cmds >> b) & 1)
                 snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", k == 0 ? "" : k == n - 1 ? " and " : ", ",
                          K_NAMES[b]), k++;
@@ -236,6 +237,13 @@ static const char USAGE[] =
     "                                        kernel its matrix instructions, registers, shared memory\n"
     "                                        and spills; --expect wgmma|mma|mfma|wmma: exit 1 unless a\n"
     "                                        kernel has them (always when no disassembler can count)\n"
+    "  diff      A B [--json]                two --dump directories of one case and seed (two GPUs,\n"
+    "                                        machines or builds): per output the share bitwise equal,\n"
+    "                                        max ulps apart, SNR A vs B and each vs its reference, the\n"
+    "                                        worst 128x128 tile; equal, within the precision of the\n"
+    "                                        dtype (every element within 1 ulp, or SNR A vs B at least\n"
+    "                                        the better SNR vs reference - 6 dB, its worst tile - 10),\n"
+    "                                        exit 0; different, exit 1; other case/seed/inputs: exit 2\n"
     "  codec     FORMAT [--fp8 ocp|fnuz] (--decode-all | X ...)\n"
     "                                        ref.c's codecs: e4m3, e5m2, e4m3fnuz, e5m2fnuz, e2m1,\n"
     "                                        e8m0 (decode only); values from stdin, one a line, when\n"
@@ -360,7 +368,7 @@ static int opts_command_help(const char *cmd)
         { "compare", { "case options:", "low precision", "run options:", "porting" } },
         { "noise", { "case options:", "low precision", "run options:", "porting" } },
         { "ledger", { "porting" } }, { "devices", { NULL } }, { "selftest", { "run options:" } },
-        { "isa", { NULL } }, { "codec", { NULL } },
+        { "isa", { NULL } }, { "codec", { NULL } }, { "diff", { NULL } },
     };
     char head[32];
     for (size_t i = 0; i < sizeof TAKES / sizeof *TAKES; i++) {
