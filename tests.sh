@@ -534,6 +534,84 @@ has "$tmp/out" "d128 +- +skip +1100 GFLOP: over the CPU device's 100 \(a case fo
 expect 0 "a small attention case runs there" $K attn --device cpu --dtype bf16 --seq 96 --heads 2 --dim 64
 has "$tmp/out" "1 case, 2 outputs: 2 passed" "the small case ran and passed"
 
+echo "== kgate diff: two --dump directories compared (equal, one ulp, a wrong tile, refusals)"
+DD="$tmp/diff"
+DC="gemm --device cpu --shape 200x300x64 --repeat 1"
+expect 0 "diff: dump A" $K $DC --dump "$DD/a"
+expect 0 "diff: dump B, the same case and seed" $K $DC --dump "$DD/b"
+expect 0 "diff: two identical CPU runs" $K diff "$DD/a" "$DD/b"
+has "$tmp/out" "^C bf16 200x300: 100\.0000% bitwise equal \(60000 of 60000\); max 0 ulp; SNR A vs B inf dB" "diff: all bitwise equal, SNR inf"
+has "$tmp/out" "vs reference: A [0-9.]+ dB, B [0-9.]+ dB \(60000 checked elements\)" "diff: each SNR against its reference"
+has "$tmp/out" "^verdict: equal$" "diff: identical runs are equal"
+# diffnpy DIR FILE R0 R1 C0 C1 MODE: edit rows R0..R1-1, cols C0..C1-1 of a float32 .npy in place:
+# ulp adds one bf16 ulp to the bits (0x10000), junk writes seeded garbage in [-1, 1)
+diffnpy() {
+    python3 - "$@" <<'PY'
+import random, struct, sys
+d, f, r0, r1, c0, c1, mode = sys.argv[1], sys.argv[2], *map(int, sys.argv[3:7]), sys.argv[7]
+b = bytearray(open(d + "/" + f, "rb").read())
+hl = b[8] | b[9] << 8
+cols = int(bytes(b[10:10 + hl]).split(b"(")[1].split(b")")[0].split(b",")[1])
+rnd = random.Random(1)
+for i in range(r0, r1):
+    for j in range(c0, c1):
+        o = 10 + hl + 4 * (i * cols + j)
+        if mode == "ulp": struct.pack_into("<I", b, o, struct.unpack_from("<I", b, o)[0] + 0x10000)
+        else: struct.pack_into("<f", b, o, rnd.uniform(-1, 1))
+open(d + "/" + f, "wb").write(b)
+PY
+}
+cp -r "$DD/b" "$DD/ulp" && diffnpy "$DD/ulp" C.out.npy 150 151 10 11 ulp
+expect 0 "diff: one element one ulp off" $K diff "$DD/a" "$DD/ulp"
+has "$tmp/out" "^C bf16 200x300: 99\.9983% bitwise equal \(59999 of 60000\); max 1 ulp at \(150,10\)" "diff: one ulp, where"
+has "$tmp/out" "^  worst tile \(1,0\), rows 128\.\.199 cols 0\.\.127: 1 of 9216 elements differ" "diff: the one-ulp tile named"
+has "$tmp/out" "^verdict: within the precision of the dtype$" "diff: one ulp is within the precision of bf16"
+cp -r "$DD/b" "$DD/tile" && diffnpy "$DD/tile" C.out.npy 128 200 128 256 junk
+expect 1 "diff: a wrong tile" $K diff "$DD/a" "$DD/tile"
+has "$tmp/out" "^  worst tile \(1,1\), rows 128\.\.199 cols 128\.\.255: 9216 of 9216 elements differ" "diff: the wrong tile named"
+has "$tmp/out" "^verdict: different$" "diff: a wrong tile is different"
+expect 1 "diff --json: a wrong tile" $K diff "$DD/a" "$DD/tile" --json
+[ "$(wc -l <"$tmp/out")" -eq 1 ] && grep -q '"worst_tile":{"tile":\[1,1\],"rows":\[128,199\],"cols":\[128,255\],"differ":9216' "$tmp/out" \
+    && grep -q '"verdict":"different"}$' "$tmp/out" && ok "diff --json: one object, the tile, the verdict" || bad "diff --json: $(head -c 600 "$tmp/out")"
+# an f32 output whose elements move by -2..2 ulps: not within 1 ulp, within by the SNR rule
+expect 0 "diff: f32 dump A" $K $DC --dtype f32 --dump "$DD/fa"
+cp -r "$DD/fa" "$DD/fb" && python3 -c 'import struct,sys
+p=sys.argv[1]+"/C.out.npy"; b=bytearray(open(p,"rb").read()); hl=b[8]|b[9]<<8
+for k in range(60000): o=10+hl+4*k; struct.pack_into("<i",b,o,struct.unpack_from("<i",b,o)[0]+(k*3)%5-2)
+open(p,"wb").write(b)' "$DD/fb"
+expect 0 "diff: f32, elements up to 2 ulps off" $K diff "$DD/fa" "$DD/fb"
+has "$tmp/out" "^C f32 200x300: .* max 2 ulp at " "diff: f32, the 2 ulps found"
+has "$tmp/out" "^  within the precision of the dtype: SNR A vs B [0-9.]+ dB >= " "diff: within by the SNR rule"
+# refusals: another case, seed, inputs; one line, exit 2
+expect 0 "diff: a dump of another case" $K gemm --device cpu --shape 64x48x40 --repeat 1 --dump "$DD/other"
+expect 2 "diff: dumps of two cases refused" $K diff "$DD/a" "$DD/other"
+one_line "diff: two cases"
+has "$tmp/err" "refused: different case: \"gemm bf16 NT 200x300x64\"" "diff: the refusal names the cases"
+expect 0 "diff: a dump of another seed" $K $DC --seed 7 --dump "$DD/seed7"
+expect 2 "diff: dumps of two seeds refused" $K diff "$DD/a" "$DD/seed7"
+has "$tmp/err" "refused: different seeds: 42 in .*, 7 in " "diff: the refusal names the seeds"
+cp -r "$DD/b" "$DD/inp" && diffnpy "$DD/inp" A.npy 0 1 0 1 junk
+expect 2 "diff: an input that differs" $K diff "$DD/a" "$DD/inp"
+one_line "diff: different inputs"
+has "$tmp/err" "refused: input A differs \(sha256 " "diff: the refusal names the input and its digests"
+# bad input: one line, exit 2, never a crash
+expect 2 "diff: a missing directory" $K diff "$DD/a" "$DD/none"
+one_line "diff: a missing directory"
+mkdir -p "$DD/empty"
+expect 2 "diff: a directory with no manifest" $K diff "$DD/a" "$DD/empty"
+one_line "diff: no manifest"
+cp -r "$DD/b" "$DD/trunc" && head -c 120 "$DD/b/manifest.json" >"$DD/trunc/manifest.json"
+expect 2 "diff: a truncated manifest" $K diff "$DD/a" "$DD/trunc"
+one_line "diff: a truncated manifest"
+cp -r "$DD/b" "$DD/fmt" && sed -i 's/kgate-dump 1/kgate-dump 2/' "$DD/fmt/manifest.json"
+expect 2 "diff: a dump of another format" $K diff "$DD/a" "$DD/fmt"
+has "$tmp/err" "format \"kgate-dump 2\"" "diff: the other format named"
+cp -r "$DD/b" "$DD/npy" && head -c 4000 "$DD/b/C.out.npy" >"$DD/npy/C.out.npy"
+expect 2 "diff: a truncated .npy" $K diff "$DD/a" "$DD/npy"
+one_line "diff: a truncated .npy"
+expect 2 "diff: one directory" $K diff "$DD/a"
+expect 2 "diff: an option diff does not take" $K diff "$DD/a" "$DD/b" --seed 3
+one_line "diff --seed"
 echo "== tolerances: looser needs --why"
 expect 2 "--rtol 0.05 without --why" $K gemm --device cpu --shape 64x64x64 --rtol 0.05
 one_line "--rtol without --why"
@@ -718,7 +796,7 @@ for w in --expect "1..1000" "0..2^64-1" "4096 entries" "one a line" "6 a file co
 done
 expect 0 "--help" $K --help
 has "$tmp/out" "exit: 0 every gate passed" "--help states the exit codes"
-for w in all gemm grouped attn devices selftest isa --device --kernels --seed --full --rtol --atol --why \
+for w in all gemm grouped attn devices selftest isa diff --device --kernels --seed --full --rtol --atol --why \
          --inject --json --repeat --dtype --layout --shape --bwd --groups --seq --seqlens --heads --dim \
          --causal --scale --batch tile tail nan bias drop row unwritten outside group mask race; do
     grep -q -- "$w" "$tmp/out" || bad "--help does not mention $w"
@@ -1382,7 +1460,7 @@ has "$tmp/out" "^    FAIL allclose \(check\): " "a failure prints its failed gat
 # Help and version.
 expect 0 "--version" $K --version
 has "$tmp/out" "^kgate [0-9.]+ \(embedded kernels.hip [0-9a-f]{12}; built with " "--version: version, kernels.hip, compiler"
-for c in all gemm grouped attn compare noise ledger devices selftest isa codec; do
+for c in all gemm grouped attn compare noise ledger devices selftest isa codec diff; do
     expect 0 "$c --help" $K $c --help
     has "$tmp/out" "^usage: kgate $c " "$c --help: its usage"
     has "$tmp/out" "^  $c " "$c --help: its entry"
@@ -1444,6 +1522,13 @@ if make -s kgate-asan >"$tmp/build" 2>&1; then
     asan 2 "shapes: a NUL byte" all --device cpu --shapes "$tmp/nul.txt"
     asan 2 "shapes: /dev/zero" all --device cpu --shapes /dev/zero
     asan 2 "ledger best, no ledger" ledger best --ledger "$tmp/none.ledger"
+    asan 0 "diff of a dump with itself, attn bwd" diff "$tmp/asan_dump3" "$tmp/asan_dump3"
+    asan 0 "diff --json, grouped bwd" diff "$tmp/asan_dump1" "$tmp/asan_dump1" --json
+    asan 2 "diff of two cases" diff "$tmp/asan_dump1" "$tmp/asan_dump2"
+    cp -r "$tmp/asan_dump3" "$tmp/asan_dump4" && printf '{"format":"kgate-dump 1","case":"x","seed":[[[' >"$tmp/asan_dump4/manifest.json"
+    asan 2 "diff: a malformed manifest" diff "$tmp/asan_dump3" "$tmp/asan_dump4"
+    cp -r "$tmp/asan_dump3" "$tmp/asan_dump5" && printf '\223NUMPY\001\000\377\377{' >"$tmp/asan_dump5/O.out.npy"
+    asan 2 "diff: a malformed .npy" diff "$tmp/asan_dump3" "$tmp/asan_dump5"
     asan 2 "a repeated option" gemm --device cpu --shape 8x8x8 --dtype f32 --dtype bf16
     echo "== fuzz: random command lines and shapes files from kgate's own vocabulary (ASan/UBSan/LSan, fixed seed)"
     # A fixed count of vectors (KGATE_FUZZ_N, default below: about 2 minutes on 2 cores), each an argv
