@@ -25,11 +25,12 @@ struct jnode {
 };
 
 /* The parser's state: the text (strings are decoded in place), the node
- * pool (one node per byte at most), and where the text went wrong. */
+ * pool (grown as needed: nodes are named by index), and the manifest's
+ * path for messages. */
 struct jparse {
     char *p, *start;
     struct jnode *nodes;
-    int n, depth;
+    int n, cap, depth;
     const char *path;
 };
 
@@ -104,35 +105,53 @@ static void jp_members(struct jparse *j, int at, int object)
     }
 }
 
+/* A new node of kind `kind` in j's pool (grown when full); its index. */
+static int jp_node(struct jparse *j, char kind)
+{
+    if (j->n == j->cap) {
+        j->cap = j->cap ? 2 * j->cap : 256;
+        j->nodes = realloc(j->nodes, (size_t)j->cap * sizeof *j->nodes);
+        if (!j->nodes) die(EXIT_DEVICE, "out of host memory reading %s", shown(j->path));
+    }
+    j->nodes[j->n] = (struct jnode){ .kind = kind, .child = -1, .next = -1 };
+    return j->n++;
+}
+
 /* One value at j->p (white space before it skipped); its node. */
 static int jp_value(struct jparse *j)
 {
     jp_space(j);
     if (j->depth > 16) jp_fail(j, "nested too deep");
-    int at = j->n++;
-    struct jnode *nd = &j->nodes[at];
-    *nd = (struct jnode){ .child = -1, .next = -1 };
     char c = *j->p;
     if (c == '{' || c == '[') {
-        nd->kind = c == '{' ? 'o' : 'a';
+        int at = jp_node(j, c == '{' ? 'o' : 'a');
         j->depth++;
         jp_members(j, at, c == '{');
         j->depth--;
-    } else if (c == '"') {
-        nd->kind = 's', nd->str = jp_string(j);
-    } else if (c == '-' || (c >= '0' && c <= '9')) {
-        char *end;
-        nd->kind = 'n', nd->num = strtod(j->p, &end), nd->str = j->p, nd->len = (int)(end - j->p);
-        if (end == j->p || !isfinite(nd->num)) jp_fail(j, "bad number");
-        j->p = end;
-    } else if (strncmp(j->p, "true", 4) == 0 || strncmp(j->p, "null", 4) == 0) {
-        nd->kind = c == 't' ? 't' : 'z', j->p += 4;
-    } else if (strncmp(j->p, "false", 5) == 0) {
-        nd->kind = 'f', j->p += 5;
-    } else {
-        jp_fail(j, "expected a value");
+        return at;
     }
-    return at;
+    if (c == '"') {
+        int at = jp_node(j, 's');
+        const char *str = jp_string(j);
+        j->nodes[at].str = str;
+        return at;
+    }
+    if (c == '-' || (c >= '0' && c <= '9')) {
+        int at = jp_node(j, 'n');
+        char *end;
+        double v = strtod(j->p, &end);
+        if (end == j->p || !isfinite(v)) jp_fail(j, "bad number");
+        j->nodes[at].num = v, j->nodes[at].str = j->p, j->nodes[at].len = (int)(end - j->p);
+        j->p = end;
+        return at;
+    }
+    static const char *const WORDS[] = { "true", "false", "null" };
+    for (int w = 0; w < 3; w++)
+        if (strncmp(j->p, WORDS[w], strlen(WORDS[w])) == 0) {
+            j->p += strlen(WORDS[w]);
+            return jp_node(j, "tfz"[w]);
+        }
+    jp_fail(j, "expected a value");
 }
 
 /* --- a dump: its manifest and its .npy files --- */
@@ -156,10 +175,15 @@ static void diff_open(struct dmp *d, const char *dir)
     snprintf(d->path, sizeof d->path, "%s/manifest.json", dir);
     size_t len;
     d->text = read_file_max(d->path, 16u << 20, &len);
-    if (!d->text) die(EXIT_USAGE, "diff: %s: cannot read: %s (not a --dump directory?)", shown(d->path), strerror(errno));
+    if (!d->text) {
+        char first[PATH_MAX + 80];
+        snprintf(first, sizeof first, "%s/case-001/manifest.json", dir);
+        if (access(first, F_OK) == 0)
+            die(EXIT_USAGE, "diff: %s is an `all --dump` directory: compare its case-NNN directories one by one", shown(dir));
+        die(EXIT_USAGE, "diff: %s: cannot read: %s (not a --dump directory?)", shown(d->path), strerror(errno));
+    }
     if (strlen(d->text) != len) die(EXIT_USAGE, "diff: %s: not a kgate manifest (a NUL byte)", shown(d->path));
-    d->j = (struct jparse){ .p = d->text, .start = d->text, .nodes = xmalloc((len + 1) * sizeof(struct jnode)),
-                            .path = d->path };
+    d->j = (struct jparse){ .p = d->text, .start = d->text, .path = d->path };
     jp_value(&d->j);
     jp_space(&d->j);
     if (*d->j.p) jp_fail(&d->j, "text after the object");
@@ -273,10 +297,14 @@ static void npy_expect(const struct npy *a, const char *path, const char *name, 
         die(EXIT_USAGE, "diff: %s: %s has a shape that does not match the manifest", shown(path), shown(name));
 }
 
-/* Element i of a float32 / float64 / uint32 .npy (little-endian data, as
- * npy_write writes on the little-endian machines kgate runs on). */
+/* Element i of a float32 .npy (little-endian data, as npy_write writes on
+ * the little-endian machines kgate runs on). */
 static float npy_f32(const struct npy *a, size_t i) { float v; memcpy(&v, a->data + 4 * i, 4); return v; }
+
+/* Element i of a float64 .npy. */
 static double npy_f64(const struct npy *a, size_t i) { double v; memcpy(&v, a->data + 8 * i, 8); return v; }
+
+/* Element i of a uint32 .npy. */
 static uint32_t npy_u32(const struct npy *a, size_t i) { uint32_t v; memcpy(&v, a->data + 4 * i, 4); return v; }
 
 /* --- refusing two dumps of different things --- */
@@ -585,6 +613,64 @@ static const char *diff_inject(const struct dmp *d)
     return NULL;
 }
 
+/* Every output of dump a against the same output of dump b (the same
+ * number of outputs, each an object, else exit 2); their count in *n. */
+static struct diff_out *diff_all(const struct dmp *a, const struct dmp *b, int *n)
+{
+    const struct jnode *la = diff_get(a, 0, "outputs", 'a'), *lb = diff_get(b, 0, "outputs", 'a');
+    int nb = 0;
+    *n = 0;
+    for (int c = la->child; c >= 0; c = a->j.nodes[c].next) ++*n;
+    for (int c = lb->child; c >= 0; c = b->j.nodes[c].next) nb++;
+    if (*n != nb) die(EXIT_USAGE, "diff: refused: %d outputs in %s, %d in %s", *n, shown(a->dir), nb, shown(b->dir));
+    struct diff_out *x = xcalloc((size_t)*n + 1, sizeof *x);
+    for (int k = 0, ca = la->child, cb = lb->child; k < *n; k++, ca = a->j.nodes[ca].next, cb = b->j.nodes[cb].next) {
+        if (a->j.nodes[ca].kind != 'o' || b->j.nodes[cb].kind != 'o')
+            die(EXIT_USAGE, "diff: %s: not a kgate manifest (an output is not an object)",
+                shown(a->j.nodes[ca].kind != 'o' ? a->path : b->path));
+        diff_output(&x[k], a, ca, b, cb);
+    }
+    return x;
+}
+
+/* The run's verdict, its worst output's: 0 equal, 1 within, 2 different. */
+static int diff_worst(const struct diff_out *x, int n)
+{
+    int worst = 0;
+    for (int k = 0; k < n; k++) {
+        int v = strcmp(x[k].verdict, "equal") == 0 ? 0 : strcmp(x[k].verdict, "within") == 0 ? 1 : 2;
+        worst = v > worst ? v : worst;
+    }
+    return worst;
+}
+
+/* The report's head: the case, seed and inputs of the two dumps, their
+ * directories and any planted fault; with json, the object's opening
+ * members up to the outputs' '['. */
+static void diff_print_head(int json, const struct dmp *a, const struct dmp *b, int ninputs)
+{
+    const char *inj[2] = { diff_inject(a), diff_inject(b) };
+    const char *label = diff_get(a, 0, "case", 's')->str, *inputs = diff_get(a, 0, "inputs", 's')->str;
+    const struct jnode *seed = diff_get(a, 0, "seed", 'n');
+    if (json) {
+        printf("{\"command\":\"diff\",");
+        json_str(stdout, "a", a->dir, 1);
+        json_str(stdout, "b", b->dir, 1);
+        json_str(stdout, "case", label, 1);
+        printf("\"seed\":%.*s,", seed->len, seed->str);
+        json_str(stdout, "inputs", inputs, 1);
+        for (int s = 0; s < 2; s++)
+            if (inj[s]) json_str(stdout, s ? "inject_b" : "inject_a", inj[s], 1);
+        printf("\"inputs_identical\":%d,\"outputs\":[", ninputs);
+        return;
+    }
+    printf("kgate diff: %s, seed %.*s, inputs %s; %d input tensors byte-identical (sha256)\n", label, seed->len, seed->str,
+           inputs, ninputs);
+    for (int s = 0; s < 2; s++)
+        printf("  %s %s%s%s%s\n", s ? "B" : "A", s ? b->dir : a->dir, inj[s] ? "  (--inject " : "", inj[s] ? inj[s] : "",
+               inj[s] ? ")" : "");
+}
+
 /* kgate diff A B [--json]: refuse two dumps of different cases, seeds or
  * inputs (exit 2), else compare every output and print the report; exit 0
  * when every output is equal or within the precision of its dtype, 1 when
@@ -596,53 +682,18 @@ static int cmd_diff(const struct opts *o, const char *sub)
     struct dmp a, b;
     diff_open(&a, o->diff_dirs[0]);
     diff_open(&b, o->diff_dirs[1]);
-    int ninputs = diff_same_case(&a, &b);
-    const struct jnode *la = diff_get(&a, 0, "outputs", 'a'), *lb = diff_get(&b, 0, "outputs", 'a');
-    int n = 0, nb = 0, worst = 0;   /* 0 equal, 1 within, 2 different */
-    for (int c = la->child; c >= 0; c = a.j.nodes[c].next) n++;
-    for (int c = lb->child; c >= 0; c = b.j.nodes[c].next) nb++;
-    if (n != nb) die(EXIT_USAGE, "diff: refused: %d outputs in %s, %d in %s", n, shown(a.dir), nb, shown(b.dir));
-    struct diff_out *x = xcalloc((size_t)n + 1, sizeof *x);
-    for (int k = 0, ca = la->child, cb = lb->child; k < n; k++, ca = a.j.nodes[ca].next, cb = b.j.nodes[cb].next) {
-        if (a.j.nodes[ca].kind != 'o' || b.j.nodes[cb].kind != 'o')
-            die(EXIT_USAGE, "diff: %s: not a kgate manifest (an output is not an object)", shown(a.path));
-        diff_output(&x[k], &a, ca, &b, cb);
-        int v = strcmp(x[k].verdict, "equal") == 0 ? 0 : strcmp(x[k].verdict, "within") == 0 ? 1 : 2;
-        worst = v > worst ? v : worst;
-    }
-    static const char *const VERDICT[] = { "equal", "within the precision of the dtype", "different" };
-    const char *inj[2] = { diff_inject(&a), diff_inject(&b) };
-    const char *label = diff_get(&a, 0, "case", 's')->str, *inputs = diff_get(&a, 0, "inputs", 's')->str;
-    const struct jnode *seed = diff_get(&a, 0, "seed", 'n');
-    if (o->json) {
-        printf("{\"command\":\"diff\",");
-        json_str(stdout, "a", a.dir, 1);
-        json_str(stdout, "b", b.dir, 1);
-        json_str(stdout, "case", label, 1);
-        printf("\"seed\":%.*s,", seed->len, seed->str);
-        json_str(stdout, "inputs", inputs, 1);
-        for (int s = 0; s < 2; s++)
-            if (inj[s]) json_str(stdout, s ? "inject_b" : "inject_a", inj[s], 1);
-        printf("\"inputs_identical\":%d,\"outputs\":[", ninputs);
-    } else {
-        printf("kgate diff: %s, seed %.*s, inputs %s; %d input tensors byte-identical (sha256)\n", label, seed->len, seed->str,
-               inputs, ninputs);
-        for (int s = 0; s < 2; s++)
-            printf("  %s %s%s%s%s\n", s ? "B" : "A", s ? b.dir : a.dir, inj[s] ? "  (--inject " : "", inj[s] ? inj[s] : "",
-                   inj[s] ? ")" : "");
-    }
+    int ninputs = diff_same_case(&a, &b), n;
+    struct diff_out *x = diff_all(&a, &b, &n);
+    int worst = diff_worst(x, n);
+    diff_print_head(o->json, &a, &b, ninputs);
     for (int k = 0; k < n; k++) {
         size_t tc = (x[k].cols + KG_TILE - 1) / KG_TILE;
         if (o->json) diff_json_output(&x[k], tc, k + 1 < n);
         else diff_print_output(&x[k], tc);
     }
-    if (o->json) {
-        printf("],");
-        json_str(stdout, "verdict", worst == 0 ? "equal" : worst == 1 ? "within" : "different", 0);
-        printf("}\n");
-    } else {
-        printf("verdict: %s\n", VERDICT[worst]);
-    }
+    static const char *const VERDICT[] = { "equal", "within the precision of the dtype", "different" };
+    if (o->json) printf("],\"verdict\":\"%s\"}\n", worst == 0 ? "equal" : worst == 1 ? "within" : "different");
+    else printf("verdict: %s\n", VERDICT[worst]);
     free(x);
     diff_close(&a);
     diff_close(&b);
