@@ -383,24 +383,34 @@ struct diff_out {
     char why[160];
 };
 
-/* The ulp of dtype `dt` (f32, f16, bf16) at magnitude x: 2^(e - mantissa
- * bits) for x in [2^e, 2^(e+1)), e no lower than the smallest normal's. */
-static double diff_ulp_at(const char *dt, double x)
+/* A dtype's precision: its mantissa bits and its smallest normal's exponent. */
+struct diff_prec { int mant, emin; };
+
+/* The precision of dtype dt (f32, f16, bf16; diff_output refuses others). */
+static struct diff_prec diff_prec_of(const char *dt)
 {
-    int mant = strcmp(dt, "f32") == 0 ? 23 : strcmp(dt, "f16") == 0 ? 10 : 7;
-    int emin = strcmp(dt, "f16") == 0 ? -14 : -126, e = 0;
-    if (x > 0) frexp(x, &e), e -= 1;
-    return ldexp(1.0, (x > 0 && e > emin ? e : emin) - mant);
+    if (strcmp(dt, "f32") == 0) return (struct diff_prec){ 23, -126 };
+    if (strcmp(dt, "f16") == 0) return (struct diff_prec){ 10, -14 };
+    return (struct diff_prec){ 7, -126 };
 }
 
-/* How many ulps of dtype dt a and b are apart, the ulp taken at the larger
- * magnitude of the two: 0 when bitwise equal, INFINITY when either is not
- * finite (and they are not bitwise equal). */
-static double diff_ulps(const char *dt, float a, float b)
+/* The ulp at magnitude x of a dtype of precision p: 2^(e - mantissa bits)
+ * for x in [2^e, 2^(e+1)), e no lower than the smallest normal's. */
+static double diff_ulp_at(struct diff_prec p, double x)
+{
+    int e = 0;
+    if (x > 0) frexp(x, &e), e -= 1;
+    return ldexp(1.0, (x > 0 && e > p.emin ? e : p.emin) - p.mant);
+}
+
+/* How many ulps (precision p) a and b are apart, the ulp taken at the
+ * larger magnitude of the two: 0 when bitwise equal, INFINITY when either
+ * is not finite (and they are not bitwise equal). */
+static double diff_ulps(struct diff_prec p, float a, float b)
 {
     if (memcmp(&a, &b, 4) == 0) return 0;
     if (!isfinite(a) || !isfinite(b)) return INFINITY;
-    return fabs((double)a - b) / diff_ulp_at(dt, fmax(fabs(a), fabs(b)));
+    return fabs((double)a - b) / diff_ulp_at(p, fmax(fabs(a), fabs(b)));
 }
 
 /* 10 log10(sig2 / err2): INFINITY when err2 is 0, -INFINITY when only the
@@ -469,11 +479,12 @@ static void diff_elements(struct diff_out *x, const struct npy *a, const struct 
     size_t tr = (x->rows + KG_TILE - 1) / KG_TILE, tc = (x->cols + KG_TILE - 1) / KG_TILE;
     double *tsig = xcalloc(tr * tc, sizeof *tsig), *terr = xcalloc(tr * tc, sizeof *terr), sig = 0, err = 0;
     size_t *tdiff = xcalloc(tr * tc, sizeof *tdiff);
+    struct diff_prec p = diff_prec_of(x->dtype);
     for (size_t i = 0; i < x->rows; i++)
         for (size_t j = 0; j < x->cols; j++) {
             size_t k = i * x->cols + j, t = (i / KG_TILE) * tc + j / KG_TILE;
             float va = npy_f32(a, k), vb = npy_f32(b, k);
-            double u = diff_ulps(x->dtype, va, vb), e = (double)va - vb;
+            double u = diff_ulps(p, va, vb), e = (double)va - vb;
             double e2 = u == 0 ? 0 : isfinite(e) ? e * e : INFINITY, s2 = isfinite(va) ? (double)va * va : 0;
             x->equal += u == 0 && memcmp(&va, &vb, 4) == 0;
             if (u > x->max_ulp) x->max_ulp = u, x->max_i = i, x->max_j = j;
