@@ -171,7 +171,8 @@ static void diff_open(struct dmp *d, const char *dir)
     struct stat st;
     d->dir = dir;
     if (stat(dir, &st) != 0) die(EXIT_USAGE, "diff: %s: %s", shown(dir), strerror(errno));
-    if (!S_ISDIR(st.st_mode)) die(EXIT_USAGE, "diff: %s is %s, not a --dump directory", shown(dir), file_kind(st.st_mode));
+    if (!S_ISDIR(st.st_mode))
+        die(EXIT_USAGE, "diff: %s is %s, not a --dump directory", shown(dir), file_kind(st.st_mode));
     snprintf(d->path, sizeof d->path, "%s/manifest.json", dir);
     size_t len;
     d->text = read_file_max(d->path, 16u << 20, &len);
@@ -179,7 +180,8 @@ static void diff_open(struct dmp *d, const char *dir)
         char first[PATH_MAX + 80];
         snprintf(first, sizeof first, "%s/case-001/manifest.json", dir);
         if (access(first, F_OK) == 0)
-            die(EXIT_USAGE, "diff: %s is an `all --dump` directory: compare its case-NNN directories one by one", shown(dir));
+            die(EXIT_USAGE, "diff: %s is an `all --dump` directory: compare its case-NNN directories one by one",
+                shown(dir));
         die(EXIT_USAGE, "diff: %s: cannot read: %s (not a --dump directory?)", shown(d->path), strerror(errno));
     }
     if (strlen(d->text) != len) die(EXIT_USAGE, "diff: %s: not a kgate manifest (a NUL byte)", shown(d->path));
@@ -251,14 +253,22 @@ static int npy_shape(const char *s, struct npy *a)
     return a->ndim == 1 && s[-1] != ',' ? -1 : 0;   /* (5,) for one dimension */
 }
 
+/* The path of file `name` of dump d into path (PATH_MAX + 80 bytes); exit
+ * 2 if the manifest names a file outside the dump directory. */
+static void diff_file(const struct dmp *d, const char *name, char *path)
+{
+    if (strchr(name, '/'))
+        die(EXIT_USAGE, "diff: %s: file \"%s\" is not in the dump directory", shown(d->path), shown(name));
+    snprintf(path, PATH_MAX + 80, "%s/%s", d->dir, name);
+}
+
 /* Read DIR/name of dump d as an .npy file of NumPy type `descr` ("<f4",
  * "<f8", "<u4"): format 1.0, C order, the header npy_write writes, and
  * exactly its elements after it.  Exit 2 with one line otherwise. */
 static void npy_read(const struct dmp *d, const char *name, const char *descr, struct npy *a)
 {
     char path[PATH_MAX + 80];
-    snprintf(path, sizeof path, "%s/%s", d->dir, name);
-    if (strchr(name, '/')) die(EXIT_USAGE, "diff: %s: file \"%s\" is not in the dump directory", shown(d->path), shown(name));
+    diff_file(d, name, path);
     size_t len;
     memset(a, 0, sizeof *a);
     a->raw = read_file(path, &len);
@@ -314,16 +324,15 @@ static void diff_same_str(const struct dmp *a, const struct dmp *b, const char *
 {
     const char *x = diff_get(a, 0, key, 's')->str, *y = diff_get(b, 0, key, 's')->str;
     if (strcmp(x, y) != 0)
-        die(EXIT_USAGE, "diff: refused: different %s: \"%s\" in %s, \"%s\" in %s", key, shown(x), shown(a->dir), shown(y),
-            shown(b->dir));
+        die(EXIT_USAGE, "diff: refused: different %s: \"%s\" in %s, \"%s\" in %s", key, shown(x), shown(a->dir),
+            shown(y), shown(b->dir));
 }
 
 /* The sha256 of file DIR/name of dump d, as hex. */
 static void diff_sha(const struct dmp *d, const char *name, char out[65])
 {
     char path[PATH_MAX + 80];
-    snprintf(path, sizeof path, "%s/%s", d->dir, name);
-    if (strchr(name, '/')) die(EXIT_USAGE, "diff: %s: file \"%s\" is not in the dump directory", shown(d->path), shown(name));
+    diff_file(d, name, path);
     size_t len;
     char *t = read_file(path, &len);
     if (!t) die(EXIT_USAGE, "diff: %s: cannot read: %s", shown(path), strerror(errno));
@@ -333,8 +342,9 @@ static void diff_sha(const struct dmp *d, const char *name, char out[65])
 
 /* Exit 2 (one line) unless dumps a and b are of one case: the same format,
  * case, seed, inputs distribution, the same input tensors byte for byte
- * (sha256 of each file), and the same outputs (names, dtypes, shapes).
- * Returns the number of input tensors. */
+ * (sha256 of each file).  Returns the number of input tensors.  (The
+ * outputs' names, dtypes and shapes are checked as diff_output compares
+ * them.) */
 static int diff_same_case(const struct dmp *a, const struct dmp *b)
 {
     const struct dmp *d2[2] = { a, b };
@@ -345,15 +355,17 @@ static int diff_same_case(const struct dmp *a, const struct dmp *b)
     diff_same_str(a, b, "case");
     const struct jnode *sa = diff_get(a, 0, "seed", 'n'), *sb = diff_get(b, 0, "seed", 'n');   /* as text: 64 bits */
     if (sa->len != sb->len || memcmp(sa->str, sb->str, (size_t)sa->len) != 0)
-        die(EXIT_USAGE, "diff: refused: different seeds: %.*s in %s, %.*s in %s", sa->len, sa->str, shown(a->dir), sb->len,
-            sb->str, shown(b->dir));
+        die(EXIT_USAGE, "diff: refused: different seeds: %.*s in %s, %.*s in %s", sa->len, sa->str, shown(a->dir),
+            sb->len, sb->str, shown(b->dir));
     diff_same_str(a, b, "inputs");
     const struct jnode *ta = diff_get(a, 0, "tensors", 'o'), *tb = diff_get(b, 0, "tensors", 'o');
     int n = 0, nb = 0;
     for (int c = tb->child; c >= 0; c = b->j.nodes[c].next) nb++;
     for (int c = ta->child; c >= 0; c = a->j.nodes[c].next, n++) {
         const struct jnode *x = &a->j.nodes[c];
-        if (x->kind != 's') die(EXIT_USAGE, "diff: %s: not a kgate manifest (tensor %s is not a file name)", shown(a->path), shown(x->key));
+        if (x->kind != 's')
+            die(EXIT_USAGE, "diff: %s: not a kgate manifest (tensor %s is not a file name)", shown(a->path),
+                shown(x->key));
         const char *fb = diff_get(b, (int)(tb - b->j.nodes), x->key, 's')->str;
         char ha[65], hb[65];
         diff_sha(a, x->str, ha);
@@ -362,7 +374,8 @@ static int diff_same_case(const struct dmp *a, const struct dmp *b)
             die(EXIT_USAGE, "diff: refused: input %s differs (sha256 %.12s in %s, %.12s in %s): not the same inputs",
                 shown(x->key), ha, shown(a->dir), hb, shown(b->dir));
     }
-    if (n != nb) die(EXIT_USAGE, "diff: refused: %d input tensors in %s, %d in %s", n, shown(a->dir), nb, shown(b->dir));
+    if (n != nb)
+        die(EXIT_USAGE, "diff: refused: %d input tensors in %s, %d in %s", n, shown(a->dir), nb, shown(b->dir));
     return n;
 }
 
@@ -377,6 +390,7 @@ struct diff_out {
     double snr_ab, snr_ref[2];  /* dB; INFINITY when no difference */
     size_t ref_checked[2];      /* elements with a reference */
     long worst;                 /* the tile with the lowest A-vs-B SNR, -1 when none differs */
+    size_t ti, tj, r0, r1, c0, c1; /* that tile: its coordinates, first and last row and column */
     size_t tile_differ, tile_n;
     double tile_snr;
     const char *verdict;        /* "equal", "within", "different" */
@@ -494,11 +508,14 @@ static void diff_elements(struct diff_out *x, const struct npy *a, const struct 
     x->worst = -1;
     for (size_t t = 0; t < tr * tc; t++) {
         double s = diff_snr(tsig[t], terr[t]);
-        if (tdiff[t] && (x->worst < 0 || s < x->tile_snr)) x->worst = (long)t, x->tile_snr = s, x->tile_differ = tdiff[t];
+        if (tdiff[t] && (x->worst < 0 || s < x->tile_snr))
+            x->worst = (long)t, x->tile_snr = s, x->tile_differ = tdiff[t];
     }
     if (x->worst >= 0) {
-        size_t ti = (size_t)x->worst / tc, tj = (size_t)x->worst % tc;
-        x->tile_n = (fmin(x->rows, (ti + 1) * KG_TILE) - ti * KG_TILE) * (fmin(x->cols, (tj + 1) * KG_TILE) - tj * KG_TILE);
+        x->ti = (size_t)x->worst / tc, x->tj = (size_t)x->worst % tc;
+        x->r0 = x->ti * KG_TILE, x->r1 = (x->r0 + KG_TILE < x->rows ? x->r0 + KG_TILE : x->rows) - 1;
+        x->c0 = x->tj * KG_TILE, x->c1 = (x->c0 + KG_TILE < x->cols ? x->c0 + KG_TILE : x->cols) - 1;
+        x->tile_n = (x->r1 - x->r0 + 1) * (x->c1 - x->c0 + 1);
     }
     free(tsig), free(terr), free(tdiff);
 }
@@ -539,10 +556,11 @@ static void diff_output(struct diff_out *x, const struct dmp *a, int oa, const s
     x->dtype = diff_get(a, oa, "dtype", 's')->str;
     x->rows = diff_whole(a, oa, "rows", MAX_ELEMS), x->cols = diff_whole(a, oa, "cols", MAX_ELEMS);
     if (strcmp(x->dtype, "f32") != 0 && strcmp(x->dtype, "f16") != 0 && strcmp(x->dtype, "bf16") != 0)
-        die(EXIT_USAGE, "diff: %s: output %s has dtype \"%s\" (f32, f16, bf16 expected)", shown(a->path), shown(x->name),
-            shown(x->dtype));
-    if (strcmp(x->name, diff_get(b, ob, "name", 's')->str) != 0 || strcmp(x->dtype, diff_get(b, ob, "dtype", 's')->str) != 0 ||
-        x->rows != diff_whole(b, ob, "rows", MAX_ELEMS) || x->cols != diff_whole(b, ob, "cols", MAX_ELEMS))
+        die(EXIT_USAGE, "diff: %s: output %s has dtype \"%s\" (f32, f16, bf16 expected)", shown(a->path),
+            shown(x->name), shown(x->dtype));
+    if (strcmp(x->name, diff_get(b, ob, "name", 's')->str) != 0 ||
+        strcmp(x->dtype, diff_get(b, ob, "dtype", 's')->str) != 0 || x->rows != diff_whole(b, ob, "rows", MAX_ELEMS) ||
+        x->cols != diff_whole(b, ob, "cols", MAX_ELEMS))
         die(EXIT_USAGE, "diff: refused: output %s is not the same output in %s and %s", shown(x->name), shown(a->dir),
             shown(b->dir));
     struct npy na, nb;
@@ -570,26 +588,24 @@ static const char *diff_db(double v, char *buf, size_t n)
 }
 
 /* One output's lines of the text report. */
-static void diff_print_output(const struct diff_out *x, size_t tc)
+static void diff_print_output(const struct diff_out *x)
 {
     char s1[32], s2[32], s3[32];
     printf("%s %s %zux%zu: %.4f%% bitwise equal (%zu of %zu); max %.3g ulp", x->name, x->dtype, x->rows, x->cols,
            x->n ? 100.0 * x->equal / x->n : 100.0, x->equal, x->n, x->max_ulp);
     if (x->max_ulp > 0) printf(" at (%zu,%zu)", x->max_i, x->max_j);
     printf("; SNR A vs B %s dB; vs reference: A %s dB, B %s dB (%zu checked elements)\n",
-           diff_db(x->snr_ab, s1, sizeof s1), diff_db(x->snr_ref[0], s2, sizeof s2), diff_db(x->snr_ref[1], s3, sizeof s3),
-           x->ref_checked[0]);
-    if (x->worst >= 0) {
-        size_t ti = (size_t)x->worst / tc, tj = (size_t)x->worst % tc;
-        printf("  worst tile (%zu,%zu), rows %zu..%zu cols %zu..%zu: %zu of %zu elements differ, SNR A vs B %s dB\n", ti, tj,
-               ti * KG_TILE, (size_t)fmin(x->rows, (ti + 1) * KG_TILE) - 1, tj * KG_TILE,
-               (size_t)fmin(x->cols, (tj + 1) * KG_TILE) - 1, x->tile_differ, x->tile_n, diff_db(x->tile_snr, s1, sizeof s1));
-    }
+           diff_db(x->snr_ab, s1, sizeof s1), diff_db(x->snr_ref[0], s2, sizeof s2),
+           diff_db(x->snr_ref[1], s3, sizeof s3), x->ref_checked[0]);
+    if (x->worst >= 0)
+        printf("  worst tile (%zu,%zu), rows %zu..%zu cols %zu..%zu: %zu of %zu elements differ, SNR A vs B %s dB\n",
+               x->ti, x->tj, x->r0, x->r1, x->c0, x->c1, x->tile_differ, x->tile_n,
+               diff_db(x->tile_snr, s1, sizeof s1));
     printf("  %s: %s\n", strcmp(x->verdict, "within") == 0 ? "within the precision of the dtype" : x->verdict, x->why);
 }
 
 /* One output as a JSON object (infinite SNRs and ulps are null). */
-static void diff_json_output(const struct diff_out *x, size_t tc, int comma)
+static void diff_json_output(const struct diff_out *x, int comma)
 {
     printf("{");
     json_str(stdout, "name", x->name, 1);
@@ -604,10 +620,8 @@ static void diff_json_output(const struct diff_out *x, size_t tc, int comma)
     printf("\"ref_checked\":%zu,\"worst_tile\":", x->ref_checked[0]);
     if (x->worst < 0) printf("null,");
     else {
-        size_t ti = (size_t)x->worst / tc, tj = (size_t)x->worst % tc;
-        printf("{\"tile\":[%zu,%zu],\"rows\":[%zu,%zu],\"cols\":[%zu,%zu],\"differ\":%zu,\"elements\":%zu,", ti, tj,
-               ti * KG_TILE, (size_t)fmin(x->rows, (ti + 1) * KG_TILE) - 1, tj * KG_TILE,
-               (size_t)fmin(x->cols, (tj + 1) * KG_TILE) - 1, x->tile_differ, x->tile_n);
+        printf("{\"tile\":[%zu,%zu],\"rows\":[%zu,%zu],\"cols\":[%zu,%zu],\"differ\":%zu,\"elements\":%zu,", x->ti,
+               x->tj, x->r0, x->r1, x->c0, x->c1, x->tile_differ, x->tile_n);
         json_num(stdout, "snr_a_vs_b_db", x->tile_snr, 0);
         printf("},");
     }
@@ -675,11 +689,11 @@ static void diff_print_head(int json, const struct dmp *a, const struct dmp *b, 
         printf("\"inputs_identical\":%d,\"outputs\":[", ninputs);
         return;
     }
-    printf("kgate diff: %s, seed %.*s, inputs %s; %d input tensors byte-identical (sha256)\n", label, seed->len, seed->str,
-           inputs, ninputs);
+    printf("kgate diff: %s, seed %.*s, inputs %s; %d input tensors byte-identical (sha256)\n", label, seed->len,
+           seed->str, inputs, ninputs);
     for (int s = 0; s < 2; s++)
-        printf("  %s %s%s%s%s\n", s ? "B" : "A", s ? b->dir : a->dir, inj[s] ? "  (--inject " : "", inj[s] ? inj[s] : "",
-               inj[s] ? ")" : "");
+        printf("  %s %s%s%s%s\n", s ? "B" : "A", s ? b->dir : a->dir, inj[s] ? "  (--inject " : "",
+               inj[s] ? inj[s] : "", inj[s] ? ")" : "");
 }
 
 /* kgate diff A B [--json]: refuse two dumps of different cases, seeds or
@@ -698,9 +712,8 @@ static int cmd_diff(const struct opts *o, const char *sub)
     int worst = diff_worst(x, n);
     diff_print_head(o->json, &a, &b, ninputs);
     for (int k = 0; k < n; k++) {
-        size_t tc = (x[k].cols + KG_TILE - 1) / KG_TILE;
-        if (o->json) diff_json_output(&x[k], tc, k + 1 < n);
-        else diff_print_output(&x[k], tc);
+        if (o->json) diff_json_output(&x[k], k + 1 < n);
+        else diff_print_output(&x[k]);
     }
     static const char *const VERDICT[] = { "equal", "within the precision of the dtype", "different" };
     if (o->json) printf("],\"verdict\":\"%s\"}\n", worst == 0 ? "equal" : worst == 1 ? "within" : "different");
