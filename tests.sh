@@ -535,7 +535,7 @@ expect 0 "a small attention case runs there" $K attn --device cpu --dtype bf16 -
 has "$tmp/out" "1 case, 2 outputs: 2 passed" "the small case ran and passed"
 
 echo "== kgate diff: two --dump directories compared (equal, one ulp, a wrong tile, refusals)"
-DD="$tmp/diff"
+DD="$tmp/dumps.diff"   # a directory; "$tmp/diff" is a file of the codec checks above
 DC="gemm --device cpu --shape 200x300x64 --repeat 1"
 expect 0 "diff: dump A" $K $DC --dump "$DD/a"
 expect 0 "diff: dump B, the same case and seed" $K $DC --dump "$DD/b"
