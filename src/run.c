@@ -1,6 +1,6 @@
-/* src/run.c — a case while it runs: its outputs (device buffers between
- * guard bands), the buffers it owns, seeded inputs and their uploads, and
- * the hook of a planted fault.  Relies on util.c, ref.c, gpu.c and case.c. */
+/* src/run.c — a case while it runs: its outputs and inputs (device buffers
+ * between guard bands), the buffers it owns, seeded inputs and their uploads,
+ * and the hook of a planted fault.  Relies on util.c, ref.c, gpu.c and case.c. */
 
 /* A block of a product output: rows [row0, row0 + rows) of the output are
  * x (rows x inner) · y (inner x cols), canonical row-major floats. */
@@ -48,6 +48,10 @@ struct output {
 #define MAX_OUT 6
 #define MAX_OWNED 32
 #define GUARD_BYTES 4096
+/* Inputs sit between two bands of 0xff bytes (NaN in f32, f16, bf16, OCP
+ * fp8 and E8M0): a kernel that reads past an input's end or before its
+ * start (a missed tail predicate) computes NaN, which the gates see. */
+#define IN_GUARD_BYTES 65536
 
 /* Each op's own state while it runs, defined in its file: attention's in
  * attn.c, low precision's (and its quantized operands) in lowprec.c. */
@@ -128,6 +132,16 @@ static uint64_t run_dev(struct run *r, size_t bytes)
 {
     if (r->ndev == MAX_OWNED) die(EXIT_DEVICE, "internal: too many device buffers");
     return r->dev[r->ndev++] = dev_alloc(r->d, bytes);
+}
+
+/* A device buffer of `bytes` for an input, between its guard bands
+ * (IN_GUARD_BYTES each, filled with 0xff); returns its start. */
+static uint64_t run_dev_input(struct run *r, size_t bytes)
+{
+    uint64_t p = run_dev(r, bytes + 2 * IN_GUARD_BYTES);
+    dev_fill(r->d, p, 0xff, IN_GUARD_BYTES);
+    dev_fill(r->d, p + IN_GUARD_BYTES + bytes, 0xff, IN_GUARD_BYTES);
+    return p + IN_GUARD_BYTES;
 }
 
 static void run_release(struct run *r)
@@ -212,13 +226,13 @@ static void run_keep(struct run *r, const char *name, const void *data, char typ
 }
 
 /* Upload float values (exactly representable in t) as dtype t; returns the
- * device buffer. */
+ * device buffer (between guard bands: run_dev_input). */
 static uint64_t run_upload(struct run *r, const float *v, size_t n, enum dtype t)
 {
     size_t bytes = n * DTYPES[t].bytes;
     void *raw = xmalloc(bytes);
     for (size_t i = 0; i < n; i++) dt_store(t, raw, i, v[i]);
-    uint64_t p = run_dev(r, bytes);
+    uint64_t p = run_dev_input(r, bytes);
     dev_upload(r->d, p, raw, bytes);
     free(raw);
     return p;
@@ -235,10 +249,11 @@ static uint64_t run_upload_ints(struct run *r, const uint32_t *v, size_t n)
     return p;
 }
 
-/* Upload n raw bytes; returns the device buffer. */
+/* Upload n raw bytes (fp8 and MX codes, scales); returns the device buffer
+ * (between guard bands: run_dev_input). */
 static uint64_t run_upload_bytes(struct run *r, const void *v, size_t n)
 {
-    uint64_t p = run_dev(r, n);
+    uint64_t p = run_dev_input(r, n);
     dev_upload(r->d, p, v, n);
     return p;
 }
