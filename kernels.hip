@@ -277,14 +277,20 @@ KG_GEMM_ENTRY(kg_gemm_bf16, kg_bf16)
 // One kernel body serves the fp16/bf16 GEMM and grouped GEMM and the fp8 GEMM
 // and grouped GEMM with per-tensor or per-row scales:
 //   kg_gemm_sm90_{f16,bf16}        C = X·Y as kg_gemm_<dt> and, with G > 0,
-//                                  as kg_grouped_<dt> (ragged rows)
+//                                  as kg_grouped_<dt> (ragged rows); X and
+//                                  Y^T K-major (kgate's layout NT)
+//   kg_gemm_sm90_{nn,tn,tt}_{f16,bf16}  the same in the other layouts
 //   kg_qgemm_sm90_{e4m3,e5m2}_bf16 C = (A·B^T) x sa[m] x sb[n] as
 //                                  kg_qgemm_bf16 / kg_qgrouped_bf16 when the
 //                                  scales have one block along K
-// Operands: inner dimension contiguous in both (sxk = syk = 1): X is [M][K]
-// with row stride sxm, Y^T is [N][K] with row stride syn (group g's at
-// + g*syg), element strides; fp32 accumulation, no atomics, no split over K
-// (deterministic); K = 0 writes zeros (times the scales).
+// Layouts, in the letters of kgate's --layout for C = X·Y (X is M x K, Y is
+// K x N): X stored N = [M][K] (K-major) or T = [K][M] (MN-major); Y stored
+// T = [N][K] (K-major) or N = [K][N] (MN-major).  ldx is the row stride of
+// X's storage (of [M][K] or of [K][M]), ldy of Y's ([N][K] or [K][N]); group
+// g's Y at + g*syg; element strides.  MN-major operands are read through
+// wgmma's transpose operands (16-bit types only; fp8 is K-major).  fp32
+// accumulation, no atomics, no split over K (deterministic); K = 0 writes
+// zeros (times the scales).
 //   - Persistent grid: gridDim.x blocks (one per SM, at most one per tile),
 //     in clusters of WG_CLUSTER blocks.  A unit is WG_CLUSTER tiles of
 //     WG_BM x WG_BN stacked in M, one per block of a cluster; the clusters
@@ -301,19 +307,24 @@ KG_GEMM_ENTRY(kg_gemm_bf16, kg_bf16)
 //     shared memory, then frees the stage.  setmaxnreg moves registers from
 //     the producer to the consumers.
 //   - Stages are in the layout that TMA's 128-byte swizzle writes: rows of
-//     128 bytes, the 16-byte chunk c of row r at chunk c ^ (r % 8).  Two
-//     producers fill it (`use_tma`, a kernel argument):
+//     128 bytes, the 16-byte chunk c of row r at chunk c ^ (r % 8).  A
+//     K-major operand's rows are its M (N) rows, 128 bytes of K each; an
+//     MN-major one is in chunks of 64 M (N) elements, each 64 rows of K
+//     (WG_MN_CHUNK bytes).  Two producers fill it (`use_tma`, a kernel
+//     argument):
 //       TMA (cp.async.bulk.tensor with the tensor maps ta, tb): global row
 //         strides and base addresses aligned to 16 bytes; X as one [rows][K]
-//         tensor, Y as [G x N][K]; out-of-range elements are zero-filled;
+//         tensor (MN-major: [1][K][rows]), Y as [G x N][K] (MN-major: 3-D,
+//         [G][K][N]); out-of-range elements are zero-filled;
 //         rows of a box past a group's end belong to output rows (columns)
 //         that are never stored.  In a cluster the blocks share Y's slice:
 //         each loads WG_BN / WG_CLUSTER of its rows into every block
 //         (multicast).  kgate packs an operand of any other stride first
 //         (kg_pack_rows) unless the build says WG_NO_PACK;
 //       loads (any stride, e.g. K = 4093 in bf16): each producer warp copies
-//         rows, one 4-byte word per lane, element by element with predicates;
-//         rows past the group's end (N) and k >= K are zero.  Then
+//         rows (MN-major: 64-element lines of a K row), one 4-byte word per
+//         lane, element by element with predicates; rows past the group's
+//         end (N) and k >= K are zero.  Then
 //         fence.proxy.async, so that wgmma sees the stores.
 //   - Epilogue: each consumer stores its 64 rows straight from the
 //     accumulators.  fp16/bf16 inputs: the lanes of each quad trade column
@@ -363,6 +374,7 @@ KG_GEMM_ENTRY(kg_gemm_bf16, kg_bf16)
 #define WG_ROW 128                          // bytes of K per stage row: one 128-byte swizzle row
 #define WG_THREADS 384
 #define WG_A_BYTES (WG_BM * WG_ROW)
+#define WG_MN_CHUNK (64 * WG_ROW)           // MN-major (16-bit): 64 rows x 64 of K, one TMA box
 #define WG_STAGE_BYTES ((WG_BM + WG_BN) * WG_ROW)
 // Dynamic shared memory: the stages, 1 KiB to align them to the swizzle
 // pattern, and the 2 x WG_STAGES mbarriers.
@@ -390,6 +402,9 @@ extern "C" __device__ int kg_gemm_sm90_cluster = WG_CLUSTER;
 // kg_pack_rows into rows of a multiple of 16 bytes (in the same launch), then
 // read by TMA; 0: read by the loads producer in place.
 extern "C" __device__ int kg_gemm_sm90_pack = !WG_NO_PACK;
+// 1: the entries of every layout (kg_gemm_sm90_{nn,tn,tt}_<dt>, MN-major
+// operands) exist; 0 or absent: only kg_gemm_sm90_<dt> (NT, both K-major).
+extern "C" __device__ int kg_gemm_sm90_layouts = 1;
 
 // A TMA descriptor (CUtensorMap): 128 opaque bytes built on the host.
 struct __align__(64) kg_tmap { unsigned long long v[16]; };
@@ -424,6 +439,13 @@ __device__ static inline void kg_tma_load(unsigned dst, const kg_tmap *m, int c0
                  "[%0], [%1, {%2, %3}], [%4];"
                  ::"r"(dst), "l"((unsigned long long)m), "r"(c0), "r"(c1), "r"(bar) : "memory");
 }
+// TMA: the box at (c0, c1, c2) of the 3-D map m into shared memory at dst,
+// completing `bar`'s transaction bytes.
+__device__ static inline void kg_tma_load3(unsigned dst, const kg_tmap *m, int c0, int c1, int c2, unsigned bar) {
+    asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes "
+                 "[%0], [%1, {%2, %3, %4}], [%5];"
+                 ::"r"(dst), "l"((unsigned long long)m), "r"(c0), "r"(c1), "r"(c2), "r"(bar) : "memory");
+}
 // The same box written at dst in every block of the cluster named in `mask`,
 // completing each one's barrier at `bar` (TMA multicast).
 __device__ static inline void kg_tma_load_mc(unsigned dst, const kg_tmap *m, int c0, int c1, unsigned bar,
@@ -431,6 +453,14 @@ __device__ static inline void kg_tma_load_mc(unsigned dst, const kg_tmap *m, int
     asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster "
                  "[%0], [%1, {%2, %3}], [%4], %5;"
                  ::"r"(dst), "l"((unsigned long long)m), "r"(c0), "r"(c1), "r"(bar), "h"(mask) : "memory");
+}
+// The 3-D box at (c0, c1, c2) written at dst in every block of the cluster
+// named in `mask` (TMA multicast).
+__device__ static inline void kg_tma_load3_mc(unsigned dst, const kg_tmap *m, int c0, int c1, int c2, unsigned bar,
+                                              unsigned short mask) {
+    asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster "
+                 "[%0], [%1, {%2, %3, %4}], [%5], %6;"
+                 ::"r"(dst), "l"((unsigned long long)m), "r"(c0), "r"(c1), "r"(c2), "r"(bar), "h"(mask) : "memory");
 }
 // One arrival on the barrier at `bar` in block `rank` of this cluster.
 __device__ static inline void kg_bar_arrive_at(unsigned bar, unsigned rank) {
@@ -465,6 +495,14 @@ __device__ static inline int kg_wg_clusters() {
 __device__ static inline unsigned long long kg_wg_desc(unsigned saddr) {
     return (unsigned long long)((saddr & 0x3ffffu) >> 4) | (1ull << 16) | (64ull << 32) | (1ull << 62);
 }
+// wgmma shared-memory descriptor of an MN-major operand in 128-byte swizzle
+// (rows of 128 bytes along N, 8-row groups 1024 bytes apart along K): the
+// next 64 elements of N lie `lbo` bytes on.
+__device__ static inline unsigned long long kg_wg_desc_mn(unsigned saddr, unsigned lbo) {
+    return (unsigned long long)((saddr & 0x3ffffu) >> 4) | ((unsigned long long)(lbo >> 4) << 16) |
+           (64ull << 32) | (1ull << 62);
+}
+
 __device__ static inline void kg_wg_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
 __device__ static inline void kg_wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
 template <int N>
@@ -507,24 +545,36 @@ __device__ static inline void kg_wg_release(unsigned empty, int lane) {
                       KG_WG_F8(d, 96), KG_WG_F8(d, 104), KG_WG_F8(d, 112), KG_WG_F8(d, 120)
 
 // d = (acc ? d : 0) + A·B for one 32-byte K step (k16 for fp16/bf16, k32 for
-// fp8), A and B K-major in shared memory (a, b are their descriptors).  fp8
-// wgmma takes no transpose operands.
-#define KG_WG_MMA(fname, N, KK, T, TAIL, DLIST, DOPS, IA, IB, IS)                                  \
+// fp8), A and B in shared memory (a, b are their descriptors).  fp16/bf16:
+// TA = 1 reads A MN-major, TB = 1 reads B MN-major (wgmma's transpose
+// operands); fp8 wgmma takes no transpose operands: K-major only.
+#define KG_WG_MMA16(fname, N, T, DLIST, DOPS, IA, IB, IS, ITA, ITB)                                \
+    template <int TA = 0, int TB = 0>                                                              \
     __device__ static inline void fname(float *d, unsigned long long a, unsigned long long b,     \
                                         int acc) {                                                 \
         asm volatile("{ .reg .pred p; setp.ne.b32 p, %" IS ", 0;\n"                                \
-                     "wgmma.mma_async.sync.aligned.m64n" #N "k" #KK ".f32." T "." T " {" DLIST    \
-                     "}, %" IA ", %" IB ", p, 1, 1" TAIL "; }"                                     \
+                     "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." T "." T " {" DLIST         \
+                     "}, %" IA ", %" IB ", p, 1, 1, %" ITA ", %" ITB "; }"                         \
+                     : DOPS : "l"(a), "l"(b), "r"(acc), "n"(TA), "n"(TB));                        \
+    }
+#define KG_WG_MMA8(fname, N, T, DLIST, DOPS, IA, IB, IS)                                           \
+    __device__ static inline void fname(float *d, unsigned long long a, unsigned long long b,     \
+                                        int acc) {                                                 \
+        asm volatile("{ .reg .pred p; setp.ne.b32 p, %" IS ", 0;\n"                                \
+                     "wgmma.mma_async.sync.aligned.m64n" #N "k32.f32." T "." T " {" DLIST         \
+                     "}, %" IA ", %" IB ", p, 1, 1; }"                                             \
                      : DOPS : "l"(a), "l"(b), "r"(acc));                                          \
     }
-KG_WG_MMA(kg_wgmma_n256_bf16, 256, 16, "bf16", ", 0, 0", KG_WG_D128, KG_WG_F128(d), "128", "129", "130")
-KG_WG_MMA(kg_wgmma_n256_f16, 256, 16, "f16", ", 0, 0", KG_WG_D128, KG_WG_F128(d), "128", "129", "130")
-KG_WG_MMA(kg_wgmma_n128_bf16, 128, 16, "bf16", ", 0, 0", KG_WG_D64, KG_WG_F64(d), "64", "65", "66")
-KG_WG_MMA(kg_wgmma_n128_f16, 128, 16, "f16", ", 0, 0", KG_WG_D64, KG_WG_F64(d), "64", "65", "66")
-KG_WG_MMA(kg_wgmma_n128_e4m3, 128, 32, "e4m3", "", KG_WG_D64, KG_WG_F64(d), "64", "65", "66")
-KG_WG_MMA(kg_wgmma_n128_e5m2, 128, 32, "e5m2", "", KG_WG_D64, KG_WG_F64(d), "64", "65", "66")
-KG_WG_MMA(kg_wgmma_n64_e4m3, 64, 32, "e4m3", "", KG_WG_D32, KG_WG_F32(d), "32", "33", "34")
-KG_WG_MMA(kg_wgmma_n64_e5m2, 64, 32, "e5m2", "", KG_WG_D32, KG_WG_F32(d), "32", "33", "34")
+KG_WG_MMA16(kg_wgmma_n256_bf16, 256, "bf16", KG_WG_D128, KG_WG_F128(d), "128", "129", "130", "131", "132")
+KG_WG_MMA16(kg_wgmma_n256_f16, 256, "f16", KG_WG_D128, KG_WG_F128(d), "128", "129", "130", "131", "132")
+KG_WG_MMA16(kg_wgmma_n128_bf16, 128, "bf16", KG_WG_D64, KG_WG_F64(d), "64", "65", "66", "67", "68")
+KG_WG_MMA16(kg_wgmma_n128_f16, 128, "f16", KG_WG_D64, KG_WG_F64(d), "64", "65", "66", "67", "68")
+KG_WG_MMA16(kg_wgmma_n64_bf16, 64, "bf16", KG_WG_D32, KG_WG_F32(d), "32", "33", "34", "35", "36")
+KG_WG_MMA16(kg_wgmma_n64_f16, 64, "f16", KG_WG_D32, KG_WG_F32(d), "32", "33", "34", "35", "36")
+KG_WG_MMA8(kg_wgmma_n128_e4m3, 128, "e4m3", KG_WG_D64, KG_WG_F64(d), "64", "65", "66")
+KG_WG_MMA8(kg_wgmma_n128_e5m2, 128, "e5m2", KG_WG_D64, KG_WG_F64(d), "64", "65", "66")
+KG_WG_MMA8(kg_wgmma_n64_e4m3, 64, "e4m3", KG_WG_D32, KG_WG_F32(d), "32", "33", "34")
+KG_WG_MMA8(kg_wgmma_n64_e5m2, 64, "e5m2", KG_WG_D32, KG_WG_F32(d), "32", "33", "34")
 
 // Input types.  fp16/bf16: EB = 2-byte elements, one wgmma m64nWG_BNk16 per
 // 32 bytes of K into the fp32 accumulators.  fp8: EB = 1, and since the fp8
@@ -539,14 +589,18 @@ KG_WG_MMA(kg_wgmma_n64_e5m2, 64, 32, "e5m2", "", KG_WG_D32, KG_WG_F32(d), "32", 
 #define KG_WG_IN16(name, t)                                                                        \
     struct name {                                                                                  \
         static const int EB = 2, PROMOTE = 0, PRODUCER = 120, CONSUMER = 192;                      \
+        template <int TX, int TY>                                                                  \
         __device__ static void mma(float *d, unsigned long long a, unsigned long long b, int acc) { \
-            if (WG_BN == 256) kg_wgmma_n256_##t(d, a, b, acc); else kg_wgmma_n128_##t(d, a, b, acc); \
+            if (WG_BN == 256) kg_wgmma_n256_##t<TX, TY>(d, a, b, acc);                             \
+            else kg_wgmma_n128_##t<TX, TY>(d, a, b, acc);                                          \
         }                                                                                          \
     };
 #define KG_WG_IN8(name, t)                                                                         \
     struct name {                                                                                  \
         static const int EB = 1, PROMOTE = 1, PRODUCER = 72, CONSUMER = 216;                       \
+        template <int TX, int TY>                                                                  \
         __device__ static void mma(float *d, unsigned long long a, unsigned long long b, int acc) { \
+            static_assert(!TX && !TY, "fp8 wgmma reads K-major operands only");                    \
             if (WG_BN == 256) kg_wgmma_n128_##t(d, a, b, acc); else kg_wgmma_n64_##t(d, a, b, acc); \
         }                                                                                          \
     };
@@ -620,15 +674,23 @@ __device__ static inline int kg_wg_units_m(int rows) {
 
 // Where the tile of block `rank` of the cluster in unit u lies: its group g,
 // its rows [m0, m_end) of X and C (m_end: the end of the group's rows, or
-// M), its columns from n0.  A unit is WG_CLUSTER tiles stacked in M, one per
-// block of the cluster, with the same columns; m0 >= m_end (a tile past the
-// group's rows, when they have an odd number of tiles) stores nothing.
-struct kg_wg_at { int g, m0, m_end, n0; };
-__device__ static inline kg_wg_at kg_wg_locate(int u, unsigned rank, const int *offs, int G, int M, int N) {
+// M), its columns from n0, its inner range [k0, k1).  A unit is WG_CLUSTER
+// tiles stacked in M, one per block of a cluster, with the same columns;
+// m0 >= m_end (a tile past the group's rows, when they have an odd number of
+// tiles) stores nothing.  RK (ragged inner dimension, G groups): every group
+// has the same M x N tiles, group after group, and sums over its own rows
+// [offs[g], offs[g+1]) of X^T and Y; otherwise the inner range is [0, K).
+struct kg_wg_at { int g, m0, m_end, n0, k0, k1; };
+template <int RK>
+__device__ static inline kg_wg_at kg_wg_locate(int u, unsigned rank, const int *offs, int G, int M, int N, int K) {
     const int tiles_n = (N + WG_BN - 1) / WG_BN;
-    kg_wg_at at = { 0, 0, M, 0 };
+    kg_wg_at at = { 0, 0, M, 0, 0, K };
     int um = 0, tn = 0;
-    if (G == 0) {
+    if (RK) {
+        const int per = kg_wg_units_m(M) * tiles_n;
+        at.g = u / per, at.k0 = offs[at.g], at.k1 = offs[at.g + 1];
+        kg_wg_band(u % per, kg_wg_units_m(M), tiles_n, &um, &tn);
+    } else if (G == 0) {
         kg_wg_band(u, kg_wg_units_m(M), tiles_n, &um, &tn);
     } else {
         for (int g = 0; g < G; g++) {
@@ -695,6 +757,102 @@ __device__ static inline void kg_wg_fill(unsigned tile, const unsigned char *P, 
             asm volatile("st.shared.u32 [%0], %1;" ::"r"(dst), "r"(w));
         }
     }
+}
+
+// Loads producer, an MN-major operand (16-bit): elements (k, r) for k in
+// [k0, k0 + 64) and r in [row0, row0 + nrows) of P, stored [K][rows] with
+// row stride ld elements (rows below R exist), into the tile at `tile` as
+// TMA's MN-major boxes lay them out (kg_wg_load): chunk r / 64 at
+// r / 64 x WG_MN_CHUNK, K row k - k0 of it at 128 bytes each, swizzled;
+// elements out of range are zero.  A line is one K row of one chunk: 64
+// elements, lane l copying elements 2l, 2l+1 (element by element: no
+// alignment to rely on); warp w copies lines w, w + 4, ..., WG_LDG_ROWS of
+// them loaded before any is stored.
+__device__ static inline void kg_wg_fill_mn(unsigned tile, const unsigned char *P, kg_i64 ld, int R, int K,
+                                            int row0, int nrows, int k0, int warp, int lane) {
+    const int U = WG_LDG_ROWS, lines = nrows / 64 * 64;
+    for (int i0 = warp; i0 < lines; i0 += 4 * U) {
+        unsigned v[U];
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const int i = i0 + 4 * u, k = k0 + i % 64, r = row0 + i / 64 * 64 + 2 * lane;
+            const bool in = i < lines && k < K;
+            const kg_u16 *p = (const kg_u16 *)P + (kg_i64)k * ld + r;
+            v[u] = (in && r < R ? p[0] : 0u) | (in && r + 1 < R ? (unsigned)p[1] << 16 : 0u);
+        }
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const int i = i0 + 4 * u;
+            if (i >= lines) break;
+            const unsigned kr = (unsigned)(i % 64);
+            const unsigned dst = tile + (unsigned)(i / 64) * WG_MN_CHUNK + kr * 128 +
+                                 ((((unsigned)lane >> 2) ^ (kr & 7)) << 4) + (lane & 3) * 4;
+            asm volatile("st.shared.u32 [%0], %1;" ::"r"(dst), "r"(v[u]));
+        }
+    }
+}
+
+// Loads producer: one operand's slice of a stage (nrows rows of X or Y^T
+// from row0, K elements from k0) from P, row stride ld: kg_wg_fill when
+// the operand is K-major (T = 0), kg_wg_fill_mn when MN-major (T = 1).
+template <int T, int EB>
+__device__ static inline void kg_wg_fill_any(unsigned tile, const unsigned char *P, kg_i64 ld, int R, int K,
+                                             int row0, int nrows, int k0, int warp, int lane) {
+    if (T) kg_wg_fill_mn(tile, P, ld, R, K, row0, nrows, k0, warp, lane);
+    else kg_wg_fill<EB>(tile, P, ld, R, K, row0, nrows, k0, warp, lane);
+}
+
+// TMA producer: one operand's slice of stage kb, nrows rows (of X or Y^T)
+// from row0 and K from k0, into the tile at `tile`, completing `full`'s
+// bytes.  K-major (T = 0; map [rows][K]): one box of 128 bytes of K x
+// nrows rows.  MN-major (T = 1, 16-bit; map [G][K][rows], the group g):
+// nrows / 64 boxes of 64 elements (128 bytes) of rows x 64 of K, chunk j
+// of the tile at j x WG_MN_CHUNK.  mc != 0: the boxes go to every block of
+// the cluster (multicast).  Either way the byte offset of row r of the tile
+// is r x 128 at the start of each 64-row chunk, so a block's share of Y^T's
+// rows lands at the same place in both.
+template <int T>
+__device__ static inline void kg_wg_load(unsigned tile, const kg_tmap *m, int k0, int row0, int nrows, int g,
+                                         unsigned full, unsigned short mc) {
+    if (T) {
+        for (int j = 0; j < nrows / 64; j++) {
+            if (mc) kg_tma_load3_mc(tile + j * WG_MN_CHUNK, m, row0 + 64 * j, k0, g, full, mc);
+            else kg_tma_load3(tile + j * WG_MN_CHUNK, m, row0 + 64 * j, k0, g, full);
+        }
+    } else if (mc) {
+        kg_tma_load_mc(tile, m, k0, row0, full, mc);
+    } else {
+        kg_tma_load(tile, m, k0, row0, full);
+    }
+}
+
+// Ragged inner dimension: the K rows [kv, 64) of this consumer's share of an
+// MN-major stage set to zero (they hold the next group's rows, which TMA
+// read since the group ends inside the stage): consumer c (of 2; t its
+// thread in the warpgroup) zeroes X's chunk c (its own rows) and Y's
+// chunks c, c + 2, ...; then the writes are fenced for wgmma's (async)
+// proxy and both consumer warpgroups meet on named barrier 1, so that no
+// wgmma reads a chunk before it is zeroed.  A K row of a chunk is 128
+// contiguous bytes whatever the swizzle.
+__device__ static inline void kg_wg_zero_tail(unsigned sx, unsigned sy, int kv, int c, int t) {
+    const int n = (64 - kv) * 8;   // 16-byte pieces per chunk
+    for (int i = t; i < n; i += 128)
+        asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};" ::"r"(sx + kv * 128 + i * 16), "r"(0u) : "memory");
+    for (int j = c; j < WG_BN / 64; j += 2)
+        for (int i = t; i < n; i += 128)
+            asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};"
+                         ::"r"(sy + j * WG_MN_CHUNK + kv * 128 + i * 16), "r"(0u) : "memory");
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+    asm volatile("bar.sync 1, 256;" ::: "memory");
+}
+
+// wgmma descriptor of k16 step kk of the operand tile at `tile` (one
+// consumer's 64 rows of X, or Y^T's WG_BN rows): K-major (T = 0) 32 bytes
+// on per step; MN-major (T = 1) 16 K rows (2 KiB) on per step, the next 64
+// rows WG_MN_CHUNK on.
+template <int T>
+__device__ static inline unsigned long long kg_wg_desc_at(unsigned tile, int kk) {
+    return T ? kg_wg_desc_mn(tile + kk * 16 * 128, WG_MN_CHUNK) : kg_wg_desc(tile + kk * 32);
 }
 
 // Epilogues: one warp's 16 rows of a tile, from row r0 of the tile at `at`,
@@ -775,20 +933,25 @@ __device__ static __forceinline__ void kg_wg_store_v4(const float *d, const kg_w
 }
 
 // The body of every sm_90a GEMM entry (see the section comment).  In: input
-// type (kg_wg_*); Out: output type (kg_bf16, kg_f16, kg_f32).  Scales (sa
+// type (kg_wg_*); Out: output type (kg_bf16, kg_f16, kg_f32); TX, TY: 1 when
+// X, Y^T are MN-major (16-bit only), ldx, ldy then the row strides of X^T
+// and Y (see "Layouts").  RK: the ragged inner dimension (kg_wg_locate;
+// TX = TY = 1): X^T and Y are single [sum of the groups' rows][M] and [..][N]
+// tensors (syg = 0), group g's M x N output at C + g x scg.  Scales (sa
 // non-null): C(m, n) = acc x (sa[m / gra] x sb[g*sbg + n / grb]).
-template <class In, class Out>
+template <class In, class Out, int TX, int TY, int RK>
 __device__ static inline void kg_gemm_sm90(const kg_tmap *ta, const kg_tmap *tb, int use_tma,
                                            const unsigned char *X, const unsigned char *Y,
                                            typename Out::S *C, const int *offs, int G, int units, int M,
-                                           int N, int K, kg_i64 sxm, kg_i64 syn, kg_i64 syg, kg_i64 scm,
-                                           kg_i64 scn, const float *sa, const float *sb, int gra, int grb,
-                                           int sbg) {
+                                           int N, int K, kg_i64 ldx, kg_i64 ldy, kg_i64 syg, kg_i64 scm,
+                                           kg_i64 scn, kg_i64 scg, const float *sa, const float *sb, int gra,
+                                           int grb, int sbg) {
+    static_assert(!RK || (TX && TY), "a ragged inner dimension is read MN-major");
     extern __shared__ unsigned char kg_dsmem[];
     const unsigned base = (kg_smem_addr(kg_dsmem) + 1023u) & ~1023u;
     const unsigned bars = base + WG_STAGES * WG_STAGE_BYTES;   // full[s], then empty[s]
     const int tid = (int)kg_tid(), wg = tid / 128, warp = tid / 32 % 4, lane = tid % 32;
-    const int BK = WG_ROW / In::EB, nk = (K + BK - 1) / BK;
+    const int BK = WG_ROW / In::EB;
     use_tma = use_tma && !WG_NO_TMA;
     if (tid == 0) {
         for (int s = 0; s < WG_STAGES; s++) {
@@ -806,28 +969,31 @@ __device__ static inline void kg_gemm_sm90(const kg_tmap *ta, const kg_tmap *tb,
         int s = 0;
         unsigned phase = 0;
         for (int u = kg_wg_cluster_id(); u < units; u += kg_wg_clusters()) {
-            const kg_wg_at at = kg_wg_locate(u, rank, offs, G, M, N);
+            const kg_wg_at at = kg_wg_locate<RK>(u, rank, offs, G, M, N, K);
+            const int nk = (at.k1 - at.k0 + BK - 1) / BK;
             for (int kb = 0; kb < nk; kb++) {
+                const int k0 = at.k0 + kb * BK;
                 const unsigned full = bars + 8 * s, empty = bars + 8 * (WG_STAGES + s);
                 const unsigned sx = base + s * WG_STAGE_BYTES, sy = sx + WG_A_BYTES;
                 kg_bar_wait(empty, phase ^ 1);
                 if (use_tma) {
+                    // Y^T's rows: K-major, group g's from row g x N of one [G x N][K] map; MN-major,
+                    // plane g of a [G][K][N] map.  Clusters: this block's share of them, into
+                    // every block of the cluster.
+                    const int share = WG_BN / WG_CLUSTER, yrow = (TY ? 0 : at.g * N) + at.n0 + (int)rank * share;
                     kg_bar_expect(full, WG_STAGE_BYTES);
-                    kg_tma_load(sx, ta, kb * BK, at.m0, full);
-                    if (WG_CLUSTER == 1)
-                        kg_tma_load(sy, tb, kb * BK, at.g * N + at.n0, full);
-                    else   // this block's share of Y's rows, into every block of the cluster
-                        kg_tma_load_mc(sy + rank * (WG_BN / WG_CLUSTER) * WG_ROW, tb, kb * BK,
-                                       at.g * N + at.n0 + (int)rank * (WG_BN / WG_CLUSTER), full,
-                                       (unsigned short)((1u << WG_CLUSTER) - 1));
+                    kg_wg_load<TX>(sx, ta, k0, at.m0, WG_BM, 0, full, 0);
+                    kg_wg_load<TY>(sy + rank * share * WG_ROW, tb, k0, yrow, share, RK ? 0 : at.g, full,
+                                   WG_CLUSTER == 1 ? 0 : (unsigned short)((1u << WG_CLUSTER) - 1));
                 } else {
-                    if (WG_PREFETCH && kb + WG_PREFETCH < nk) {
+                    if (WG_PREFETCH && !TX && !TY && kb + WG_PREFETCH < nk) {
                         const int kp = (kb + WG_PREFETCH) * BK;
-                        kg_wg_prefetch<In::EB>(X, sxm, at.m_end, K, at.m0, WG_BM, kp, warp, lane);
-                        kg_wg_prefetch<In::EB>(Y + at.g * syg * In::EB, syn, N, K, at.n0, WG_BN, kp, warp, lane);
+                        kg_wg_prefetch<In::EB>(X, ldx, at.m_end, K, at.m0, WG_BM, kp, warp, lane);
+                        kg_wg_prefetch<In::EB>(Y + at.g * syg * In::EB, ldy, N, K, at.n0, WG_BN, kp, warp, lane);
                     }
-                    kg_wg_fill<In::EB>(sx, X, sxm, at.m_end, K, at.m0, WG_BM, kb * BK, warp, lane);
-                    kg_wg_fill<In::EB>(sy, Y + at.g * syg * In::EB, syn, N, K, at.n0, WG_BN, kb * BK, warp, lane);
+                    kg_wg_fill_any<TX, In::EB>(sx, X, ldx, at.m_end, at.k1, at.m0, WG_BM, k0, warp, lane);
+                    kg_wg_fill_any<TY, In::EB>(sy, Y + at.g * syg * In::EB, ldy, N, at.k1, at.n0, WG_BN, k0, warp,
+                                               lane);
                     asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
                     kg_bar_arrive(full);
                 }
@@ -853,20 +1019,23 @@ __device__ static inline void kg_gemm_sm90(const kg_tmap *ta, const kg_tmap *tb,
     int s = 0;
     unsigned phase = 0;
     for (int u = kg_wg_cluster_id(); u < units; u += kg_wg_clusters()) {
-        const kg_wg_at at = kg_wg_locate(u, rank, offs, G, M, N);
+        const kg_wg_at at = kg_wg_locate<RK>(u, rank, offs, G, M, N, K);
+        const int nk = (at.k1 - at.k0 + BK - 1) / BK;
 #pragma unroll
         for (int i = 0; i < WG_BN / 2; i++) d[i] = 0.0f;
         int prev = -1;   // the stage whose wgmma may still be in flight
         for (int kb = 0; kb < nk; kb++) {
             const unsigned sx = base + s * WG_STAGE_BYTES + c * 64 * 128, sy = base + s * WG_STAGE_BYTES + WG_A_BYTES;
             kg_bar_wait(bars + 8 * s, phase);
+            if (RK && at.k1 - at.k0 - kb * BK < BK) kg_wg_zero_tail(sx, sy, at.k1 - at.k0 - kb * BK, c, tid % 128);
             if (In::PROMOTE) {   // the stage in two column halves, each through `part`
 #pragma unroll
                 for (int h = 0; h < 2; h++) {
                     kg_wg_fence();
 #pragma unroll
                     for (int kk = 0; kk < 4; kk++)
-                        In::mma(part, kg_wg_desc(sx + kk * 32), kg_wg_desc(sy + h * (WG_BN / 2) * 128 + kk * 32), kk);
+                        In::template mma<0, 0>(part, kg_wg_desc(sx + kk * 32),
+                                               kg_wg_desc(sy + h * (WG_BN / 2) * 128 + kk * 32), kk);
                     kg_wg_commit();
                     kg_wg_wait<0>();
                     kg_wg_touch<In::PROMOTE ? WG_BN / 4 : 1>(part);
@@ -880,7 +1049,8 @@ __device__ static inline void kg_gemm_sm90(const kg_tmap *ta, const kg_tmap *tb,
             kg_wg_touch<WG_BN / 2>(d);
             kg_wg_fence();
 #pragma unroll
-            for (int kk = 0; kk < 4; kk++) In::mma(d, kg_wg_desc(sx + kk * 32), kg_wg_desc(sy + kk * 32), 1);
+            for (int kk = 0; kk < 4; kk++)
+                In::template mma<TX, TY>(d, kg_wg_desc_at<TX>(sx, kk), kg_wg_desc_at<TY>(sy, kk), 1);
             kg_wg_commit();
             // WG_INFLIGHT = 1: wait for the previous stage's group only, and
             // free that stage; this one's runs on while the next is waited for.
@@ -897,10 +1067,11 @@ __device__ static inline void kg_gemm_sm90(const kg_tmap *ta, const kg_tmap *tb,
 
         // fp8 keeps the pairs: the 16-byte stores made it 8% slower on the H200
         // (kgate compare, e4m3 8192^3), while fp16/bf16 gained 4-8%.
+        typename Out::S *Cg = RK ? C + (kg_i64)at.g * scg : C;
         if (WG_STORE_V4 && !In::PROMOTE)
-            kg_wg_store_v4<Out>(d, at, C, N, scm, scn, sa, sb, gra, grb, sbg, c * 64 + warp * 16, lane);
+            kg_wg_store_v4<Out>(d, at, Cg, N, scm, scn, sa, sb, gra, grb, sbg, c * 64 + warp * 16, lane);
         else
-            kg_wg_store_pairs<Out>(d, at, C, N, scm, scn, sa, sb, gra, grb, sbg, c * 64 + warp * 16, lane);
+            kg_wg_store_pairs<Out>(d, at, Cg, N, scm, scn, sa, sb, gra, grb, sbg, c * 64 + warp * 16, lane);
     }
 }
 #if WG_CLUSTER > 1
@@ -908,15 +1079,27 @@ __device__ static inline void kg_gemm_sm90(const kg_tmap *ta, const kg_tmap *tb,
 #else
 #define KG_WG_CLUSTER_DIMS
 #endif
-#define KG_GEMM_SM90_ENTRY(name, In, Out)                                                            \
+#define KG_GEMM_SM90_ENTRY(name, In, Out, TX, TY)                                                    \
     KG_ATOMICS(name, 0)                                                                              \
     extern "C" __global__ void __launch_bounds__(WG_THREADS, 1) KG_WG_CLUSTER_DIMS                  \
     name(const __grid_constant__ kg_tmap ta, const __grid_constant__ kg_tmap tb, int use_tma,        \
          const Out::S *X, const Out::S *Y, Out::S *C, const int *offs, int G, int units, int M,      \
-         int N, int K, kg_i64 sxm, kg_i64 syn, kg_i64 syg, kg_i64 scm, kg_i64 scn)                   \
+         int N, int K, kg_i64 ldx, kg_i64 ldy, kg_i64 syg, kg_i64 scm, kg_i64 scn)                   \
     {                                                                                                \
-        kg_gemm_sm90<In, Out>(&ta, &tb, use_tma, (const unsigned char *)X, (const unsigned char *)Y, \
-                              C, offs, G, units, M, N, K, sxm, syn, syg, scm, scn, 0, 0, 1, 1, 0);   \
+        kg_gemm_sm90<In, Out, TX, TY, 0>(&ta, &tb, use_tma, (const unsigned char *)X,               \
+                                         (const unsigned char *)Y, C, offs, G, units, M, N, K, ldx,  \
+                                         ldy, syg, scm, scn, 0, 0, 0, 1, 1, 0);                      \
+    }
+#define KG_WGRAD_SM90_ENTRY(name, In, Out)                                                           \
+    KG_ATOMICS(name, 0)                                                                              \
+    extern "C" __global__ void __launch_bounds__(WG_THREADS, 1) KG_WG_CLUSTER_DIMS                  \
+    name(const __grid_constant__ kg_tmap ta, const __grid_constant__ kg_tmap tb, int use_tma,        \
+         const Out::S *X, const Out::S *Y, Out::S *C, const int *offs, int G, int units, int M,      \
+         int N, kg_i64 ldx, kg_i64 ldy, kg_i64 scm, kg_i64 scn, kg_i64 scg)                          \
+    {                                                                                                \
+        kg_gemm_sm90<In, Out, 1, 1, 1>(&ta, &tb, use_tma, (const unsigned char *)X,                 \
+                                       (const unsigned char *)Y, C, offs, G, units, M, N, 0, ldx,    \
+                                       ldy, 0, scm, scn, scg, 0, 0, 1, 1, 0);                        \
     }
 #define KG_QGEMM_SM90_ENTRY(name, In, Out)                                                           \
     KG_ATOMICS(name, 0)                                                                              \
@@ -925,12 +1108,20 @@ __device__ static inline void kg_gemm_sm90(const kg_tmap *ta, const kg_tmap *tb,
          const unsigned char *A, const unsigned char *B, const float *SA, const float *SB,           \
          Out::S *C, const int *offs, int G, int units, int M, int N, int K, int gra, int grb)        \
     {                                                                                                \
-        kg_gemm_sm90<In, Out>(&ta, &tb, use_tma, A, B, C, offs, G, units, M, N, K, K, K,             \
-                              (kg_i64)N * K, N, 1, SA, SB, gra, grb, (N + grb - 1) / grb);           \
+        kg_gemm_sm90<In, Out, 0, 0, 0>(&ta, &tb, use_tma, A, B, C, offs, G, units, M, N, K, K, K,    \
+                              (kg_i64)N * K, N, 1, 0, SA, SB, gra, grb, (N + grb - 1) / grb);        \
     }
 
-KG_GEMM_SM90_ENTRY(kg_gemm_sm90_f16, kg_wg_f16, kg_f16)
-KG_GEMM_SM90_ENTRY(kg_gemm_sm90_bf16, kg_wg_bf16, kg_bf16)
+KG_GEMM_SM90_ENTRY(kg_gemm_sm90_f16, kg_wg_f16, kg_f16, 0, 0)
+KG_GEMM_SM90_ENTRY(kg_gemm_sm90_bf16, kg_wg_bf16, kg_bf16, 0, 0)
+KG_GEMM_SM90_ENTRY(kg_gemm_sm90_nn_f16, kg_wg_f16, kg_f16, 0, 1)
+KG_GEMM_SM90_ENTRY(kg_gemm_sm90_nn_bf16, kg_wg_bf16, kg_bf16, 0, 1)
+KG_GEMM_SM90_ENTRY(kg_gemm_sm90_tn_f16, kg_wg_f16, kg_f16, 1, 1)
+KG_GEMM_SM90_ENTRY(kg_gemm_sm90_tn_bf16, kg_wg_bf16, kg_bf16, 1, 1)
+KG_GEMM_SM90_ENTRY(kg_gemm_sm90_tt_f16, kg_wg_f16, kg_f16, 1, 0)
+KG_GEMM_SM90_ENTRY(kg_gemm_sm90_tt_bf16, kg_wg_bf16, kg_bf16, 1, 0)
+KG_WGRAD_SM90_ENTRY(kg_gemm_sm90_wgrad_f16, kg_wg_f16, kg_f16)
+KG_WGRAD_SM90_ENTRY(kg_gemm_sm90_wgrad_bf16, kg_wg_bf16, kg_bf16)
 KG_QGEMM_SM90_ENTRY(kg_qgemm_sm90_e4m3_bf16, kg_wg_e4m3, kg_bf16)
 KG_QGEMM_SM90_ENTRY(kg_qgemm_sm90_e5m2_bf16, kg_wg_e5m2, kg_bf16)
 
@@ -1575,24 +1766,6 @@ extern "C" __device__ int kg_attn_sm90_smem_d64 = FA_SMEM(64);
 extern "C" __device__ int kg_attn_sm90_smem_d128 = FA_SMEM(128);
 extern "C" __device__ int kg_attn_sm90_smem_d256 = FA_SMEM(256);
 
-// TMA: the box at (c0, c1, c2) of the 3-D map m into shared memory at dst,
-// completing `bar`'s transaction bytes.
-__device__ static inline void kg_tma_load3(unsigned dst, const kg_tmap *m, int c0, int c1, int c2, unsigned bar) {
-    asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes "
-                 "[%0], [%1, {%2, %3, %4}], [%5];"
-                 ::"r"(dst), "l"((unsigned long long)m), "r"(c0), "r"(c1), "r"(c2), "r"(bar) : "memory");
-}
-
-// wgmma shared-memory descriptor of an MN-major operand in 128-byte swizzle
-// (rows of 128 bytes along N, 8-row groups 1024 bytes apart along K): the
-// next 64 elements of N lie `lbo` bytes on.
-__device__ static inline unsigned long long kg_wg_desc_mn(unsigned saddr, unsigned lbo) {
-    return (unsigned long long)((saddr & 0x3ffffu) >> 4) | ((unsigned long long)(lbo >> 4) << 16) |
-           (64ull << 32) | (1ull << 62);
-}
-
-KG_WG_MMA(kg_wgmma_n64_bf16, 64, 16, "bf16", ", 0, 0", KG_WG_D32, KG_WG_F32(d), "32", "33", "34")
-KG_WG_MMA(kg_wgmma_n64_f16, 64, 16, "f16", ", 0, 0", KG_WG_D32, KG_WG_F32(d), "32", "33", "34")
 
 // d += A·B for one k16 step (scale-d a predicate set from 1), A (64 x 16) from registers (a[4]: the
 // m16n8k16 A fragment of this warp's 16 rows), B from shared memory,

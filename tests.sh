@@ -1153,7 +1153,9 @@ echo "== sm_90a fast paths: wgmma in kernels.hip's sm_90a build (no GPU)"
 # "Attention backward, Hopper path"): each
 # must issue wgmma in its own body (a wgmma behind a call is serialized: ptxas C7510) and compile with no
 # spill and no warning.
-FAST90="kg_gemm_sm90_bf16 kg_gemm_sm90_f16 kg_qgemm_sm90_e4m3_bf16 kg_qgemm_sm90_e5m2_bf16
+FAST90="kg_gemm_sm90_bf16 kg_gemm_sm90_f16 kg_gemm_sm90_nn_bf16 kg_gemm_sm90_nn_f16 kg_gemm_sm90_tn_bf16
+        kg_gemm_sm90_tn_f16 kg_gemm_sm90_tt_bf16 kg_gemm_sm90_tt_f16 kg_gemm_sm90_wgrad_bf16 kg_gemm_sm90_wgrad_f16
+        kg_qgemm_sm90_e4m3_bf16 kg_qgemm_sm90_e5m2_bf16
         kg_attn_fwd_sm90_d64_bf16 kg_attn_fwd_sm90_d128_bf16 kg_attn_fwd_sm90_d256_bf16
         kg_attn_fwd_sm90_d64_f16 kg_attn_fwd_sm90_d128_f16 kg_attn_fwd_sm90_d256_f16
         kg_attn_bwd_dkdv_sm90_d64_bf16 kg_attn_bwd_dkdv_sm90_d128_bf16 kg_attn_bwd_dkdv_sm90_d64_f16
@@ -1166,6 +1168,16 @@ ptxas=$(command -v ptxas || echo /usr/local/cuda/bin/ptxas)
 # print one line per fast entry lacking wgmma.mma_async in its body, a spill, a ptxas warning, or a
 # ptxas C75xx note (wgmma serialized: the kernel runs, its products one at a time; e.g. C7512 for
 # -D FB_DQ_BN=128, short of registers, and C7514 for a read of accumulators before their wait).
+# sm90_trans_check PTX: print one line per GEMM entry whose wgmma lack the transpose operands of its
+# layout (kg_gemm_sm90_<dt>: NT, both K-major, "0, 0"; _nn_: "0, 1"; _tn_ and _wgrad_: "1, 1"; _tt_: "1, 0").
+sm90_trans_check() {
+    awk '/\.entry /{name=$3; sub(/\(.*/, "", name)} /\.func /{name=""}
+         name ~ /^kg_gemm_sm90_/ && /wgmma\.mma_async/ {
+             lay = name; sub(/^kg_gemm_sm90_/, "", lay); sub(/_?b?f16$/, "", lay)
+             want = lay == "nn" ? "0, 1" : lay == "tn" || lay == "wgrad" ? "1, 1" : lay == "tt" ? "1, 0" : "0, 0"
+             if (index($0, "p, 1, 1, " want "; }") == 0) bad[name]++ }
+         END { for (n in bad) print n ": " bad[n] " wgmma without the transpose operands of its layout" }' "$1"
+}
 sm90_ptx_check() {
     "$nvcc" -arch=sm_90a -ptx -x cu "$@" kernels.hip -o "$tmp/k90.ptx" 2>"$tmp/k90.err" || { echo "nvcc failed: $(head -c 300 "$tmp/k90.err")"; return; }
     "$ptxas" -arch=sm_90a -v "$tmp/k90.ptx" -o "$tmp/k90.cubin" 2>"$tmp/k90.log" || { echo "ptxas failed: $(head -c 300 "$tmp/k90.log")"; return; }
@@ -1176,11 +1188,17 @@ sm90_ptx_check() {
         grep -A1 "Function properties for $e\$" "$tmp/k90.log" | grep -q " 0 bytes spill stores, 0 bytes spill loads" \
             || echo "$e: spills (or no ptxas report)"
     done
+    sm90_trans_check "$tmp/k90.ptx"
 }
 if [ -x "$nvcc" ] && [ -x "$ptxas" ]; then
     probs=$(sm90_ptx_check)
-    [ -z "$probs" ] && ok "the $nfast sm_90a entry points hold wgmma.mma_async in their PTX; ptxas: no spill, no warning, no wgmma serialized" \
+    [ -z "$probs" ] && ok "the $nfast sm_90a entry points hold wgmma.mma_async in their PTX (the layouts' with their transpose operands); ptxas: no spill, no warning, no wgmma serialized" \
         || bad "sm_90a fast paths: $probs"
+    # planted: the TN entry's first wgmma reads X K-major (its trans-a operand dropped)
+    awk '/\.entry kg_gemm_sm90_tn_bf16/{e=1} e && !d && sub(/p, 1, 1, 1, 1; }/, "p, 1, 1, 0, 1; }"){d=1} 1' "$tmp/k90.ptx" >"$tmp/k90_tnsp.ptx"
+    sm90_trans_check "$tmp/k90_tnsp.ptx" | grep -q "^kg_gemm_sm90_tn_bf16: 1 wgmma without" \
+        && ok "planted: a TN entry with one wgmma lacking its trans-a operand is named" \
+        || bad "planted trans-a: not named: $(sm90_trans_check "$tmp/k90_tnsp.ptx")"
     probs=$(sm90_ptx_check -DWG_CLUSTER=2 -DWG_STORE_V4=0)
     [ -z "$probs" ] && ok "the knobs' other side (-D WG_CLUSTER=2 -D WG_STORE_V4=0) builds the same way: wgmma, no spill, no warning" \
         || bad "sm_90a, WG_CLUSTER=2 WG_STORE_V4=0: $probs"

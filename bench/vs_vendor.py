@@ -8,7 +8,9 @@ flash backends, the forward, or the backward alone through autograd on a
 kept graph) timed here with CUDA events, L2 flushed before every sample; then
 `kgate <case> --json` as a child process, whose time is kgate's own (its
 timer, its L2 flush; a --bwd case: its dQ launch alone, which computes dQ,
-dK and dV) and counts only when every gate of the case passed.
+dK and dV; a gemm or grouped --bwd case: the row's output, dA or dB, each
+round's kgate run shared by the case's rows) and counts only when every gate
+of the case passed.
 Prints both in TFLOP/s and the ratio kgate / vendor (time of the vendor over
 time of kgate: above 1 = kgate faster), median over the rounds with the
 min-max spread; one row per vendor operation (attention: cuDNN and flash),
@@ -34,10 +36,43 @@ import torch
 # the sum of all timed outputs).
 
 
-def gemm_nt(m, n, k, dt):
-    a = torch.randn(m, k, device="cuda").to(dt)
-    b = torch.randn(n, k, device="cuda").to(dt)
-    return lambda: torch.matmul(a, b.t())
+def gemm_layout(layout, m, n, k, dt):
+    """C = A·B in kgate's --layout letters: A stored [M][K] (N) or [K][M]
+    (T), B stored [K][N] (N) or [N][K] (T); torch.matmul on the views."""
+    a = torch.randn(*((k, m) if layout[0] == "T" else (m, k)), device="cuda").to(dt)
+    b = torch.randn(*((n, k) if layout[1] == "T" else (k, n)), device="cuda").to(dt)
+    av, bv = (a.t() if layout[0] == "T" else a), (b.t() if layout[1] == "T" else b)
+    return lambda: torch.matmul(av, bv)
+
+
+def gemm_f32(m, n, k):
+    """True fp32 C = A·B (NN), TF32 off: cuBLAS's SIMT fp32 GEMM."""
+    torch.backends.cuda.matmul.allow_tf32 = False
+    a = torch.randn(m, k, device="cuda")
+    b = torch.randn(k, n, device="cuda")
+    return lambda: torch.matmul(a, b)
+
+
+def gemm_nt_bwd(m, n, k, part):
+    """One backward product of C = A·Bᵀ (kgate's NT: A [M][K], B [N][K]):
+    dA = dC·B ([M][K]) or dB = dCᵀ·A ([N][K], B's layout)."""
+    a = torch.randn(m, k, device="cuda").to(torch.bfloat16)
+    b = torch.randn(n, k, device="cuda").to(torch.bfloat16)
+    dc = torch.randn(m, n, device="cuda").to(torch.bfloat16)
+    return (lambda: torch.matmul(dc, b)) if part == "dA" else (lambda: torch.matmul(dc.t(), a))
+
+
+def gemm_case(layout, s):
+    """The bf16 gemm of layout at s^3."""
+    return ("bf16 %s %d^3" % (layout, s), "gemm --dtype bf16 --layout %s --shape %dx%dx%d" % (layout, s, s, s),
+            2 * s**3, lambda: gemm_layout(layout, s, s, s, torch.bfloat16))
+
+
+def gemm_bwd_case(s, part):
+    """One backward product (kgate's output `part`: dA or dB) of the bf16 NT
+    gemm at s^3; kgate runs the whole --bwd case, its time is that output's."""
+    return ("bf16 NT %d^3 bwd %s" % (s, part), "gemm --dtype bf16 --layout NT --shape %dx%dx%d --bwd" % (s, s, s),
+            2 * s**3, [("vendor", lambda: gemm_nt_bwd(s, s, s, part))], part)
 
 
 def scaled_mm_nt(m, n, k):
@@ -53,6 +88,32 @@ def grouped_nt(rows, n, k):
     b = torch.randn(len(rows), n, k, device="cuda").to(torch.bfloat16)
     ends = torch.tensor(rows, device="cuda", dtype=torch.int32).cumsum(0, dtype=torch.int32)
     return lambda: torch._grouped_mm(a, b.transpose(-2, -1), offs=ends)
+
+
+def grouped_nt_bwd(rows, n, k, part, how):
+    """One backward product of the grouped NT GEMM (A [sum M][K], B [G][N][K],
+    C_g = A_g·B_gᵀ): dA_g = dC_g·B_g ([sum M][K]) or dB_g = dC_gᵀ·A_g ([G][N][K],
+    B's layout), as a loop of torch.matmul (how = "loop") or one
+    torch._grouped_mm (how = "grouped")."""
+    a = torch.randn(sum(rows), k, device="cuda").to(torch.bfloat16)
+    b = torch.randn(len(rows), n, k, device="cuda").to(torch.bfloat16)
+    dc = torch.randn(sum(rows), n, device="cuda").to(torch.bfloat16)
+    ends = torch.tensor(rows, device="cuda", dtype=torch.int32).cumsum(0, dtype=torch.int32)
+    cut = [0] + ends.tolist()
+    if how == "grouped":
+        if part == "dA":
+            return lambda: torch._grouped_mm(dc, b, offs=ends)
+        return lambda: torch._grouped_mm(dc.t(), a, offs=ends)
+    out = torch.empty(*((sum(rows), k) if part == "dA" else (len(rows), n, k)), device="cuda", dtype=torch.bfloat16)
+
+    def loop():
+        for g in range(len(rows)):
+            lo, hi = cut[g], cut[g + 1]
+            if part == "dA":
+                torch.matmul(dc[lo:hi], b[g], out=out[lo:hi])
+            else:
+                torch.matmul(dc[lo:hi].t(), a[lo:hi], out=out[g])
+    return loop
 
 
 def sdpa(b, hq, hkv, s, d, causal, backend):
@@ -98,15 +159,46 @@ def attn_case(name, b, hq, hkv, s, d, causal, bwd=False):
 
 RAGGED = [2048, 0, 4096, 1024, 3072, 2048, 2048, 2176]   # 16384 rows, one empty group
 
+
+def skewed(total, groups):
+    """A routing-like skew: expert i's share falls as (1 + (7i mod groups))^-0.7; the
+    first takes the rounding."""
+    w = [(1 + (7 * i) % groups) ** -0.7 for i in range(groups)]
+    sizes = [int(total * x / sum(w)) for x in w]
+    sizes[0] += total - sum(sizes)
+    return sizes
+
+
+DSV3 = skewed(32768, 32)   # a DeepSeek-V3-like MoE layer: 32 experts, 32768 routed rows
+
+
+def grouped_case(name, rows, n, k):
+    """The bf16 grouped NT forward, against torch._grouped_mm."""
+    return (name, "grouped --dtype bf16 --layout NT --groups %s --shape %dx%d" % (",".join(map(str, rows)), n, k),
+            2 * sum(rows) * n * k, lambda: grouped_nt(rows, n, k))
+
+
+def grouped_bwd_case(name, rows, n, k, part):
+    """One backward product (kgate's output `part`: dA or dB) of the bf16 grouped
+    NT GEMM, against a loop of torch.matmul and torch._grouped_mm."""
+    return (name + " bwd " + part, "grouped --dtype bf16 --layout NT --groups %s --shape %dx%d --bwd"
+            % (",".join(map(str, rows)), n, k), 2 * sum(rows) * n * k,
+            [("matmul loop", lambda: grouped_nt_bwd(rows, n, k, part, "loop")),
+             ("_grouped_mm", lambda: grouped_nt_bwd(rows, n, k, part, "grouped"))], part)
+
 CASES = [
-    ("bf16 NT 4096^3", "gemm --dtype bf16 --layout NT --shape 4096x4096x4096",
-     2 * 4096**3, lambda: gemm_nt(4096, 4096, 4096, torch.bfloat16)),
-    ("bf16 NT 8192^3", "gemm --dtype bf16 --layout NT --shape 8192x8192x8192",
-     2 * 8192**3, lambda: gemm_nt(8192, 8192, 8192, torch.bfloat16)),
+    gemm_case("NT", 4096),
+    gemm_case("NT", 8192),
     ("bf16 NT 4095x4097x4093", "gemm --dtype bf16 --layout NT --shape 4095x4097x4093",
-     2 * 4095 * 4097 * 4093, lambda: gemm_nt(4095, 4097, 4093, torch.bfloat16)),
+     2 * 4095 * 4097 * 4093, lambda: gemm_layout("NT", 4095, 4097, 4093, torch.bfloat16)),
     ("f16 NT 8192^3", "gemm --dtype f16 --layout NT --shape 8192x8192x8192",
-     2 * 8192**3, lambda: gemm_nt(8192, 8192, 8192, torch.float16)),
+     2 * 8192**3, lambda: gemm_layout("NT", 8192, 8192, 8192, torch.float16)),
+] + [gemm_case(lay, s) for lay in ("NN", "TN", "TT") for s in (4096, 8192)] + [
+    # fp32 keeps K at 1024, as shapes.txt does: sequential fp32 sums over K = 8192 reach
+    # ~4e-4 on small elements, past the f32 atol of 1e-4
+    ("f32 NN 8192x8192x1024", "gemm --dtype f32 --layout NN --shape 8192x8192x1024",
+     2 * 8192 * 8192 * 1024, lambda: gemm_f32(8192, 8192, 1024)),
+] + [
     ("e4m3 tensor 8192^3", "gemm --dtype e4m3 --scaling tensor --shape 8192x8192x8192",
      2 * 8192**3, lambda: scaled_mm_nt(8192, 8192, 8192)),
     ("grouped bf16 8x2048 4096x4096", "grouped --dtype bf16 --layout NT --groups "
@@ -115,9 +207,15 @@ CASES = [
     ("grouped bf16 ragged, empty group", "grouped --dtype bf16 --layout NT --groups "
      + ",".join(map(str, RAGGED)) + " --shape 4096x4096",
      2 * sum(RAGGED) * 4096 * 4096, lambda: grouped_nt(RAGGED, 4096, 4096)),
+    grouped_case("grouped bf16 DSV3-like 7168->4096", DSV3, 4096, 7168),
+    grouped_case("grouped bf16 DSV3-like 2048->7168", DSV3, 7168, 2048),
 ]
 # Each case above has one vendor operation, the library PyTorch calls.
 CASES = [(n, a, f, [("vendor", b)], None) for n, a, f, b in CASES] + [
+    gemm_bwd_case(s, part) for s in (4096, 8192) for part in ("dA", "dB")] + [
+    grouped_bwd_case(name, rows, n, k, part) for name, rows, n, k in (
+        ("grouped bf16 8x2048 4096x4096", [2048] * 8, 4096, 4096),
+        ("grouped bf16 DSV3-like 7168->4096", DSV3, 4096, 7168)) for part in ("dA", "dB")] + [
     attn_case("attn bf16 B4 H32 S4096 d128", 4, 32, 32, 4096, 128, False),
     attn_case("attn bf16 B4 H32 S4096 d128 causal", 4, 32, 32, 4096, 128, True),
     attn_case("attn bf16 B1 H32:8 S4096 d128 causal", 1, 32, 8, 4096, 128, True),
@@ -146,10 +244,17 @@ def vendor_us(fn, flush, samples):
     return statistics.median(times)
 
 
-def kgate_us(kgate, args, timeout, part=None):
+RUNS = {}   # (kgate arguments, round) -> kgate's JSON of that run
+
+
+def kgate_us(kgate, args, timeout, part=None, rnd=0):
     """kgate's median time of the case in microseconds (of its output named
     `part` alone when given, else of all its timed outputs), or raise with
-    the reason: a gate failed, kgate exited non-zero or ran past `timeout` s."""
+    the reason: a gate failed, kgate exited non-zero or ran past `timeout` s.
+    Round `rnd`'s run of a case is made once: the rows of its other outputs
+    (a --bwd case's dA and dB) read their times from the same run."""
+    if (args, rnd) in RUNS:
+        return kgate_part_us(RUNS[(args, rnd)], args, part), RUNS[(args, rnd)]
     cmd = [kgate] + args.split() + ["--json"]
     try:
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
@@ -161,10 +266,17 @@ def kgate_us(kgate, args, timeout, part=None):
     case = objs[0]
     if case["verdict"] != "pass":
         raise RuntimeError("%s: verdict %s" % (args, case["verdict"]))
+    RUNS[(args, rnd)] = case
+    return kgate_part_us(case, args, part), case
+
+
+def kgate_part_us(case, args, part):
+    """The time in microseconds of output `part` of kgate's JSON `case`, or
+    of all its timed outputs when part is None."""
     times = [o["time"]["median_us"] for o in case["outputs"] if o.get("time") and part in (None, o["name"])]
     if not times:
         raise RuntimeError("%s: no time in kgate's JSON" % args)
-    return sum(times), case
+    return sum(times)
 
 
 def selected(name, only):
@@ -208,10 +320,10 @@ def main():
         vs = {label: [] for label, _ in fns}
         ks = []
         try:
-            for _ in range(a.rounds):
+            for rnd in range(a.rounds):
                 for label, fn in fns:
                     vs[label].append(vendor_us(fn, flush, a.samples))
-                ks.append(kgate_us(a.kgate, args, a.timeout, part)[0])
+                ks.append(kgate_us(a.kgate, args, a.timeout, part, rnd)[0])
         except (RuntimeError, torch.OutOfMemoryError) as e:
             print("%-44s FAIL %s" % (name, e))
             rows.append({"case": name, "kgate_args": args, "error": str(e)})

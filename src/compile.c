@@ -355,6 +355,7 @@ struct arm {
     int sm90_tile_m, sm90_tile_n; /* that GEMM's tile */
     int sm90_cluster;             /* its blocks per cluster (1 or 2) */
     int sm90_pack;                /* 1: operands TMA cannot read are packed first (kg_pack_rows) */
+    int sm90_layouts;             /* 1: it has every layout's entry (kg_gemm_sm90_{nn,tn,tt}_<dt>) */
     int attn_sm90_smem[3];        /* kg_attn_sm90_smem_d{64,128,256}: > 0 = it has that sm_90a attention forward */
     int attn_bwd_smem[2][2];      /* [d64, d128][dK/dV, dQ]: kg_attn_bwd_sm90_smem_d<D>, kg_attn_bwd_dq_sm90_smem_d<D> */
     int attn_bwd_bm, attn_bwd_dq_bn;  /* the sm_90a backward's boxes: dK/dV's query rows, dQ's keys (64 or 128) */
@@ -434,11 +435,16 @@ static void arm_build(struct device *d, struct arm *a)
     a->sm90_tile_n = module_int(d, "kg_gemm_sm90", "_tile_n", 0);
     a->sm90_cluster = module_int(d, "kg_gemm_sm90", "_cluster", 1);
     a->sm90_pack = module_int(d, "kg_gemm_sm90", "_pack", 0);
+    a->sm90_layouts = module_int(d, "kg_gemm_sm90", "_layouts", 0);
     if (a->sm90_smem && (a->sm90_smem < 0 || a->sm90_tile_m != 128 || a->sm90_tile_n < 1 || a->sm90_tile_n > 256 ||
                          (a->sm90_cluster != 1 && a->sm90_cluster != 2) || a->sm90_tile_n % a->sm90_cluster))
         die(EXIT_DEVICE, "%s publishes an sm_90a GEMM of %d bytes of shared memory, tile %dx%d and clusters of %d "
             "(want 128 x 1..256, clusters of 1 or 2 that divide the tile's columns)",
             a->src_name, a->sm90_smem, a->sm90_tile_m, a->sm90_tile_n, a->sm90_cluster);
+    if (a->sm90_smem && a->sm90_layouts && a->sm90_tile_n / a->sm90_cluster % 64)
+        die(EXIT_DEVICE, "%s publishes every layout's sm_90a GEMM with a tile of %d columns in clusters of %d (MN-major "
+            "operands load 64 columns a box: want a multiple of 64 per block)", a->src_name, a->sm90_tile_n,
+            a->sm90_cluster);
     static const char *const attn_smem[3] = { "_smem_d64", "_smem_d128", "_smem_d256" };
     for (int i = 0; i < 3; i++) {
         a->attn_sm90_smem[i] = module_int(d, "kg_attn_sm90", attn_smem[i], 0);

@@ -342,7 +342,7 @@ static int q_sm90_launch(struct run *r, struct output *p)
         p->dt != DT_BF16)
         return 0;
     struct sm90_args s;
-    sm90_args(r, L, 1, p->dt, &s);
+    sm90_args(r, L, 1, p->dt, 0, 0, &s);
     int gra = (int)q->op[0].g.gr, grb = (int)q->op[1].g.gr;
     void *params[] = { &s.ta, &s.tb, &s.use_tma, &s.x, &s.y, (void *)&q->op[0].d_scales,
                        (void *)&q->op[1].d_scales, &p->buf, &L->doffs, &s.G, &s.units, &s.M, &s.N, &s.K, &gra,

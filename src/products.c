@@ -126,15 +126,36 @@ static int tmap_encode(const struct device *d, struct tmap *m, size_t es, enum d
     return 1;
 }
 
+/* Encode into m the tensor map of an MN-major operand of 16-bit elements
+ * (dt): `planes` planes (groups) of K rows of `cols` elements at device
+ * address base, row stride ld and plane stride sp elements, read in boxes
+ * of 64 elements x 64 rows of K x 1 plane (tmap_make).  Returns 0, encoding
+ * nothing, when TMA cannot take the operand (base, row or plane stride not
+ * a multiple of 16 bytes, K = 0). */
+static int tmap_encode_mn(const struct device *d, struct tmap *m, enum dtype dt, uint64_t base, size_t cols,
+                          size_t K, size_t planes, int64_t ld, int64_t sp)
+{
+    const size_t es = 2;
+    uint64_t stride = (uint64_t)ld * es, pstride = (uint64_t)sp * es;
+    if (!K || !cols || !planes || !tma_aligned(base, ld, es) || pstride % 16 || stride >= (1ull << 40) ||
+        pstride >= (1ull << 40))
+        return 0;
+    const uint64_t dims[3] = { cols, K, planes }, strides[2] = { stride, pstride };
+    const unsigned box[3] = { 64, 64, 1 };
+    tmap_make(d, m, es, dt, 3, base, dims, strides, box, "GEMM");
+    return 1;
+}
+
 /* The operands, units and tensor maps of one sm_90a launch (kernels.hip,
- * "GEMM, Hopper path"): X rows [0, m) (all groups' rows) at x, row stride
- * ldx; Y^T rows [0, G x n) at y, row stride ldy, group g's at + g x syg;
- * K-major, es-byte elements. */
+ * "GEMM, Hopper path"), es-byte elements: X at x, K-major (tx = 0: [m][K],
+ * all groups' rows) or MN-major (tx = 1: [K][m]), row stride ldx; Y at y,
+ * K-major (ty = 0: Y^T [G x n][K]) or MN-major (ty = 1: [G][K][n]), row
+ * stride ldy, group g's at + g x syg. */
 struct sm90_args {
     struct tmap ta, tb;
     uint64_t x, y;
     int64_t ldx, ldy, syg;
-    int use_tma, G, units, M, N, K;
+    int tx, ty, use_tma, G, units, M, N, K;
     struct launch_dims l;
 };
 
@@ -156,72 +177,149 @@ static void pack_launch(struct device *d, uint64_t src, uint64_t dst, size_t row
 }
 
 /* When the arm packs (sm90_pack): replace in s each operand of L (G groups,
- * 0 when plain; Y^T's ny rows) that TMA cannot read (a row stride or base
- * not aligned to 16 bytes, or Y's groups not n rows apart) by a packed copy
- * in L's scratch (allocated on the first launch, which is never a timed
- * one), queued before the GEMM so that its time counts in the launch's. */
-static void sm90_pack(struct run *r, struct prod_launch *L, size_t es, size_t G, size_t ny, struct sm90_args *s)
+ * 0 when plain) that TMA cannot read (a row stride or base not aligned to
+ * 16 bytes; K-major Y's groups not n rows apart, MN-major Y's group stride
+ * not a multiple of 16 bytes) by a packed copy in L's scratch (allocated on
+ * the first launch, which is never a timed one), queued before the GEMM so
+ * that its time counts in the launch's.  A stored row is K elements of a
+ * K-major operand's row, or M (N) elements of an MN-major one's K row.  The
+ * copies sit between guard bands as inputs do (run_dev_input), one band
+ * between them, so that a read past a packed operand is NaN too. */
+static void sm90_pack(struct run *r, struct prod_launch *L, size_t es, size_t G, struct sm90_args *s)
 {
-    size_t ld = pack_ld_bytes(L->k, es);
+    size_t planes = G ? G : 1;
+    size_t xrows = s->tx ? L->k : L->m, xcols = s->tx ? L->m : L->k;                     /* per plane */
+    size_t yper = s->ty ? L->k : L->n, ycols = s->ty ? L->n : L->k, yrows = planes * yper;
+    size_t ldx = pack_ld_bytes(xcols, es), ldy = pack_ld_bytes(ycols, es);
     int px = !tma_aligned(s->x, s->ldx, es);
-    int py = !tma_aligned(s->y, s->ldy, es) || (G && s->syg != (int64_t)L->n * s->ldy);
-    if (!r->d->arm->sm90_pack || !L->k || !L->m || !ny || !(px || py)) return;
-    if (!L->dpack) L->dpack = run_dev(r, ld * (L->m + ny));
+    int py = !tma_aligned(s->y, s->ldy, es) ||
+             (G && (s->ty ? s->syg * (int64_t)es % 16 != 0 : s->syg != (int64_t)L->n * s->ldy));
+    if (!r->d->arm->sm90_pack || !L->k || !L->m || !L->n || !(px || py)) return;
+    uint64_t ybase = ldx * xrows + IN_GUARD_BYTES;   /* Y's copy, after X's and a band */
+    if (!L->dpack) {
+        L->dpack = run_dev_input(r, ybase + ldy * yrows);
+        dev_fill(r->d, L->dpack + ldx * xrows, 0xff, IN_GUARD_BYTES);
+    }
     if (px) {
-        pack_launch(r->d, s->x, L->dpack, L->m, L->m, L->k, s->ldx, 0, es);
-        s->x = L->dpack, s->ldx = (int64_t)(ld / es);
+        pack_launch(r->d, s->x, L->dpack, xrows, xrows, xcols, s->ldx, 0, es);
+        s->x = L->dpack, s->ldx = (int64_t)(ldx / es);
     }
     if (py) {
-        pack_launch(r->d, s->y, L->dpack + ld * L->m, ny, L->n, L->k, s->ldy, s->syg, es);
-        s->y = L->dpack + ld * L->m, s->ldy = (int64_t)(ld / es), s->syg = (int64_t)(L->n * ld / es);
+        pack_launch(r->d, s->y, L->dpack + ybase, yrows, yper, ycols, s->ldy, s->syg, es);
+        s->y = L->dpack + ybase, s->ldy = (int64_t)(ldy / es), s->syg = (int64_t)(yper * ldy / es);
     }
 }
 
+/* Encode s's tensor maps of X and Y (sm90_args: after packing) for the
+ * arm a; 1 when TMA takes both. */
+static int sm90_tmaps(const struct device *d, const struct arm *a, const struct prod_launch *L, size_t es,
+                      enum dtype dt, size_t G, struct sm90_args *s)
+{
+    size_t cl = (size_t)a->sm90_cluster;
+    int x = s->tx ? tmap_encode_mn(d, &s->ta, dt, s->x, L->m, L->k, 1, s->ldx, s->ldx * (int64_t)L->k)
+                  : tmap_encode(d, &s->ta, es, dt, s->x, L->m, L->k, s->ldx, (unsigned)a->sm90_tile_m);
+    if (!x) return 0;
+    if (s->ty)
+        return tmap_encode_mn(d, &s->tb, dt, s->y, L->n, L->k, G ? G : 1, s->ldy,
+                              G ? s->syg : s->ldy * (int64_t)L->k);
+    return (!G || s->syg == (int64_t)L->n * s->ldy) &&
+           tmap_encode(d, &s->tb, es, dt, s->y, G ? G * L->n : L->n, L->k, s->ldy, (unsigned)(a->sm90_tile_n / cl));
+}
+
 /* Units, grid and tensor maps of an sm_90a launch over the product L of
- * es-byte elements (dt for the tensor map; groups when L is ragged rows):
- * a persistent grid of one 384-thread block per SM in clusters of the
- * arm's size, at most one cluster per unit (a unit: that many tiles stacked
- * in M); packed operands where sm90_pack makes them; TMA when tmap_encode
- * takes both operands (and Y's groups are N rows apart), the loads
- * producer otherwise. */
-static void sm90_args(struct run *r, struct prod_launch *L, size_t es, enum dtype dt, struct sm90_args *s)
+ * es-byte elements (dt for the tensor map; groups when L is ragged rows),
+ * X and Y MN-major as tx, ty say: a persistent grid of one 384-thread block
+ * per SM in clusters of the arm's size, at most one cluster per unit (a
+ * unit: that many tiles stacked in M); packed operands where sm90_pack
+ * makes them; TMA when sm90_tmaps takes both operands, the loads producer
+ * otherwise. */
+static void sm90_args(struct run *r, struct prod_launch *L, size_t es, enum dtype dt, int tx, int ty,
+                      struct sm90_args *s)
 {
     const struct arm *a = r->d->arm;
     size_t G = L->ragged == RAG_ROWS ? L->groups : 0, tn = tile_count((int)L->n, a->sm90_tile_n);
     size_t cl = (size_t)a->sm90_cluster, tiles = 0, units = 0;
+    size_t per = L->ragged == RAG_INNER ? L->groups : 1;   /* a ragged inner dimension: M x N tiles per group */
     for (size_t g = 0; g < (G ? G : 1); g++) {
         size_t tm = tile_count((int)(G ? L->offs[g + 1] - L->offs[g] : L->m), a->sm90_tile_m);
-        tiles += tm * tn, units += (tm + cl - 1) / cl * tn;
+        tiles += per * tm * tn, units += per * ((tm + cl - 1) / cl * tn);
     }
     if (units > INT32_MAX) die(EXIT_USAGE, "%s: %zu tiles: too many for one launch", r->c->label, tiles);
     memset(s, 0, sizeof *s);
-    size_t ny_rows = G ? G * L->n : L->n;
-    s->x = L->dx, s->y = L->dy, s->ldx = L->sxm, s->ldy = L->syn, s->syg = L->syg;
-    sm90_pack(r, L, es, G, ny_rows, s);
-    s->use_tma = (!G || s->syg == (int64_t)L->n * s->ldy) &&
-                 tmap_encode(r->d, &s->ta, es, dt, s->x, L->m, L->k, s->ldx, (unsigned)a->sm90_tile_m) &&
-                 tmap_encode(r->d, &s->tb, es, dt, s->y, ny_rows, L->k, s->ldy, (unsigned)(a->sm90_tile_n / cl));
-    s->G = (int)G, s->units = (int)units, s->M = (int)L->m, s->N = (int)L->n, s->K = (int)L->k;
+    s->tx = tx, s->ty = ty;
+    s->x = L->dx, s->y = L->dy, s->ldx = tx ? L->sxk : L->sxm, s->ldy = ty ? L->syk : L->syn, s->syg = L->syg;
+    sm90_pack(r, L, es, G, s);
+    s->use_tma = sm90_tmaps(r->d, a, L, es, dt, G, s);
+    s->G = (int)(L->ragged == RAG_NONE ? 0 : L->groups), s->units = (int)units, s->M = (int)L->m, s->N = (int)L->n;
+    s->K = (int)L->k;
     size_t clusters = dev_sms(r->d) / cl;
     unsigned blocks = (unsigned)((units < clusters ? units : clusters ? clusters : 1) * cl);
     s->l = (struct launch_dims){ { blocks, 1, 1 }, 384, (unsigned)a->sm90_smem, tiles };
 }
 
-/* Output o through the sm_90a GEMM (kg_gemm_sm90_<dt>) when the current arm
- * has it and o qualifies: an fp16 or bf16 product, plain or grouped by
- * ragged rows, whose operands both have K contiguous (sxk = syk = 1).
+/* A product L whose output (row and column strides *srow, *scol) is
+ * column-major (*srow = 1, *scol != 1: a backward product stored in a T
+ * operand's layout), not ragged, turned into its transpose Cᵀ = Yᵀ·Xᵀ in
+ * place: X and Y swapped, M and N swapped, the output strides swapped, so
+ * that the epilogue's stores run along rows, 16 bytes at a time. */
+static void sm90_transpose(struct prod_launch *L, int64_t *srow, int64_t *scol)
+{
+    if (L->ragged != RAG_NONE || *srow != 1 || *scol == 1) return;
+    struct prod_launch t = *L;
+    t.dx = L->dy, t.dy = L->dx, t.m = L->n, t.n = L->m;
+    t.sxm = L->syn, t.sxk = L->syk, t.syk = L->sxk, t.syn = L->sxm;
+    *L = t;
+    int64_t s = *srow;
+    *srow = *scol, *scol = s;
+}
+
+/* Queue grouped's weight gradient o (ragged inner dimension, both operands
+ * MN-major, as grouped_prepare makes it) on kg_gemm_sm90_wgrad_<dt>: L is
+ * o's launch with k set to all groups' rows. */
+static void sm90_wgrad(struct run *r, struct output *p, struct prod_launch *L)
+{
+    struct sm90_args s;
+    sm90_args(r, L, 2, p->dt, 1, 1, &s);
+    p->pl.dpack = L->dpack;
+    void *params[] = { &s.ta, &s.tb, &s.use_tma, &s.x, &s.y, &p->buf, &L->doffs, &s.G, &s.units, &s.M,
+                       &s.N, &s.ldx, &s.ldy, &p->srow, &p->scol, &L->scg };
+    gpu_launch_dims(r->d, p->dt == DT_BF16 ? "kg_gemm_sm90_wgrad_bf16" : "kg_gemm_sm90_wgrad_f16", &s.l, params);
+}
+
+/* Output o through the sm_90a GEMM when the current arm has it and o
+ * qualifies: an fp16 or bf16 product, plain or grouped by ragged rows, each
+ * of whose operands has K contiguous (K-major) or M (N) contiguous
+ * (MN-major; only when the arm has every layout's entry), or grouped's
+ * weight gradient (ragged inner dimension: sm90_wgrad).  The entry is
+ * named by kgate's --layout letters of the operands' majors:
+ * kg_gemm_sm90_<dt> (NT: both K-major), kg_gemm_sm90_{nn,tn,tt}_<dt>.  A
+ * column-major output is computed as its transpose (sm90_transpose).
  * Returns 0, launching nothing, when o does not qualify. */
 static int sm90_launch(struct run *r, struct output *p)
 {
-    struct prod_launch *L = &p->pl;
-    if (r->d->arm->sm90_smem <= 0 || L->ragged == RAG_INNER || (p->dt != DT_BF16 && p->dt != DT_F16) ||
-        L->sxk != 1 || L->syk != 1)
-        return 0;
+    static const char *const fname[2][2][2] = {   /* [X MN-major][Y MN-major][bf16] */
+        { { "kg_gemm_sm90_f16", "kg_gemm_sm90_bf16" }, { "kg_gemm_sm90_nn_f16", "kg_gemm_sm90_nn_bf16" } },
+        { { "kg_gemm_sm90_tt_f16", "kg_gemm_sm90_tt_bf16" }, { "kg_gemm_sm90_tn_f16", "kg_gemm_sm90_tn_bf16" } },
+    };
+    const struct arm *a = r->d->arm;
+    struct prod_launch L = p->pl;   /* a copy, which sm90_transpose may turn */
+    int64_t srow = p->srow, scol = p->scol;
+    if (a->sm90_layouts) sm90_transpose(&L, &srow, &scol);
+    int tx = L.sxk != 1, ty = L.syk != 1;   /* K-major wherever K is contiguous */
+    if (a->sm90_smem <= 0 || (p->dt != DT_BF16 && p->dt != DT_F16)) return 0;
+    if (L.ragged == RAG_INNER) {
+        if (!a->sm90_layouts || L.sxm != 1 || L.syn != 1 || p->scol != 1) return 0;
+        L.k = L.offs[L.groups];
+        sm90_wgrad(r, p, &L);
+        return 1;
+    }
+    if ((tx && L.sxm != 1) || (ty && L.syn != 1) || ((tx || ty) && !a->sm90_layouts)) return 0;
     struct sm90_args s;
-    sm90_args(r, L, 2, p->dt, &s);
-    void *params[] = { &s.ta, &s.tb, &s.use_tma, &s.x, &s.y, &p->buf, &L->doffs, &s.G, &s.units, &s.M,
-                       &s.N, &s.K, &s.ldx, &s.ldy, &s.syg, &p->srow, &p->scol };
-    gpu_launch_dims(r->d, p->dt == DT_BF16 ? "kg_gemm_sm90_bf16" : "kg_gemm_sm90_f16", &s.l, params);
+    sm90_args(r, &L, 2, p->dt, tx, ty, &s);
+    p->pl.dpack = L.dpack;   /* the pack scratch, if sm90_args made one, for the next launch */
+    void *params[] = { &s.ta, &s.tb, &s.use_tma, &s.x, &s.y, &p->buf, &L.doffs, &s.G, &s.units, &s.M,
+                       &s.N, &s.K, &s.ldx, &s.ldy, &s.syg, &srow, &scol };
+    gpu_launch_dims(r->d, fname[tx][ty][p->dt == DT_BF16], &s.l, params);
     return 1;
 }
 
