@@ -362,9 +362,8 @@ template <int BR>
 struct kg_sg_operand {
     enum { L = BR * SG_BK / (4 * SG_THREADS) };
     const float *a;
-    kg_i64 sk, step;    // step: elements between a slot's 4 values (sk or sr)
-    kg_i64 off[L];      // the slot's first element's offset at k0 = 0
-    int r[L], k[L];     // and its row within the tile and k within the tile
+    kg_i64 sr, sk, step; // step: elements between a slot's 4 values (sk or sr)
+    int r[L], k[L];      // a slot's first element: its row and k within the tile
     int r0, R, kfast, vec;
     float v[L][4];
 
@@ -372,21 +371,20 @@ struct kg_sg_operand {
     // slots: along k, slot e = tid + l*SG_THREADS holds row e / (SG_BK/4),
     // k (e % (SG_BK/4))*4 + 0..3; along rows, k e / (BR/4), rows
     // (e % (BR/4))*4 + 0..3.  Every thread with the same arguments.
-    __device__ void init(const float *a_, kg_i64 sr, kg_i64 sk_, int r0_, int R_, int tid)
+    __device__ void init(const float *a_, kg_i64 sr_, kg_i64 sk_, int r0_, int R_, int tid)
     {
-        a = a_, sk = sk_, r0 = r0_, R = R_;
+        a = a_, sr = sr_, sk = sk_, r0 = r0_, R = R_;
         int aligned = (unsigned long long)a_ % 16 == 0;
-        int kv = sk_ == 1 && sr % 4 == 0 && aligned, rv = sr == 1 && sk_ % 4 == 0 && aligned;
-        kg_i64 ask = sk_ < 0 ? -sk_ : sk_, asr = sr < 0 ? -sr : sr;
+        int kv = sk_ == 1 && sr_ % 4 == 0 && aligned, rv = sr_ == 1 && sk_ % 4 == 0 && aligned;
+        kg_i64 ask = sk_ < 0 ? -sk_ : sk_, asr = sr_ < 0 ? -sr_ : sr_;
         kfast = kv ? 1 : rv ? 0 : ask < asr;
         vec = kv || rv;
-        step = kfast ? sk_ : sr;
+        step = kfast ? sk_ : sr_;
 #pragma unroll
         for (int l = 0; l < L; l++) {
             int e = tid + l * SG_THREADS;
             r[l] = kfast ? e / (SG_BK / 4) : e % (BR / 4) * 4;
             k[l] = kfast ? e % (SG_BK / 4) * 4 : e / (BR / 4);
-            off[l] = (kg_i64)(r0 + r[l]) * sr + (kg_i64)k[l] * sk_;
         }
     }
 
@@ -395,11 +393,10 @@ struct kg_sg_operand {
     // outside (rows >= R, k >= K); nothing outside the matrix is read.
     __device__ void fetch(int k0, int K)
     {
-        kg_i64 base = (kg_i64)k0 * sk;
 #pragma unroll
         for (int l = 0; l < L; l++) {
             int rr = r0 + r[l], kk = k0 + k[l];
-            kg_i64 o = off[l] + base;
+            kg_i64 o = (kg_i64)rr * sr + (kg_i64)kk * sk;
             int full = kfast ? rr < R && kk + 3 < K : rr + 3 < R && kk < K;
             if (vec && full) {
                 kg_f32x4 q = *(const kg_f32x4 *)(a + o);
