@@ -355,9 +355,9 @@ typedef float kg_f32x4 __attribute__((ext_vector_type(4)));
 // One operand of kg_gemm_simt_f32 as its tiles see it: element (r, k) -- r a
 // row of X (m) or a column of Y (n), k along the inner dimension -- at
 // a + r*sr + k*sk, for r < R, k < K.  The block's tiles are rows [r0, r0+BR)
-// by k [k0, k0+SG_BK); each thread owns L slots of 4 elements of a tile (the
-// mapping is fixed per block, see kg_gemm_simt_f32), held in v between the
-// global load (fetch) and the shared store (put).
+// by k [k0, k0+SG_BK); each thread owns L slots of 4 elements of a tile
+// (placed by init, the same for every tile), held in v between the global
+// load (fetch) and the shared store (put).
 template <int BR>
 struct kg_sg_operand {
     enum { L = BR * SG_BK / (4 * SG_THREADS) };
