@@ -180,7 +180,9 @@ struct kg_bf16 {
 // Grid: (ceil(N/GEMM_BN), ceil(M/GEMM_BM)), block: GEMM_THREADS threads.
 // Each thread owns a GEMM_TM x GEMM_TN block of C strided by the thread grid;
 // accumulation over k is sequential (one FMA per k), so the result is
-// deterministic and independent of the launch.
+// deterministic and independent of the launch.  Entries: kg_gemm_f16/bf16 and
+// the grouped kernels of every type; kg_gemm_f32 has its own kernel (the next
+// section), with the same arithmetic.
 
 #ifndef GEMM_BM
 #define GEMM_BM 64
@@ -200,9 +202,10 @@ struct kg_bf16 {
 #error "GEMM_BM and GEMM_BN must be multiples of 16"
 #endif
 
-// The tile kgate sizes the GEMM grids by (read after loading; 64 if absent).
-// Grouped launches count their row tiles on the host in tiles of 64, so a
-// build with another GEMM_BM runs gemm cases only.
+// The tile kgate sizes the GEMM grids by (read after loading; 64 if absent),
+// but kg_gemm_f32's (kg_gemm_f32_tile_m/_n, next section).  Grouped launches
+// count their row tiles on the host in tiles of 64, so a build with another
+// GEMM_BM runs gemm cases only.
 extern "C" __device__ int kg_gemm_tile_m = GEMM_BM;
 extern "C" __device__ int kg_gemm_tile_n = GEMM_BN;
 
@@ -268,9 +271,287 @@ __device__ static inline void kg_gemm_portable(const typename D::S *X, const typ
                             (int)kg_bid_y() * GEMM_BM, (int)kg_bid_x() * GEMM_BN);           \
     }
 
-KG_GEMM_ENTRY(kg_gemm_f32, kg_f32)
 KG_GEMM_ENTRY(kg_gemm_f16, kg_f16)
 KG_GEMM_ENTRY(kg_gemm_bf16, kg_bf16)
+
+// ===== GEMM, portable path: fp32 =====
+//
+// kg_gemm_f32: the same product, arguments and contract as kg_gemm_portable
+// (strided X, Y, C; rows and columns outside M, N neither read nor written;
+// K = 0 writes zeros), in true fp32: each C[m][n] is one register accumulated
+// from 0.0f by one FMA per k, k ascending, so the result is kg_gemm_portable's
+// bit for bit, deterministic and independent of the launch.  Only k < K enters
+// a sum (the zeros that fill a partial last k-tile are not added: fma(0, 0, -0)
+// would be +0).
+//   - Grid (ceil(N/SG_BN), ceil(M/SG_BM)), the tile published as
+//     kg_gemm_f32_tile_m/_n; SG_THREADS = 256 threads as a 16 x 16 grid (warp
+//     w: rows (w / 4) * 8 .. +7 of it, columns (w % 4) * 4 .. +3; lane l: row
+//     l / 4, column l % 4 within those).  Thread (tm, tn) owns SG_TM x SG_TN
+//     outputs: rows g*64 + tm*4 + 0..3 and columns h*64 + tn*4 + 0..3 of the
+//     tile, for g < SG_TM / 4, h < SG_TN / 4 (8 x 8 as shipped).
+//   - Shared memory: two stages of X's tile as [SG_BK][SG_BM] and Y's as
+//     [SG_BK][SG_BN] (k-major, each k-row padded by SG_PAD floats), read as
+//     float4 runs of 4 rows or columns.  Tile t+1 is loaded from global memory
+//     into registers while tile t is multiplied, then stored to the other
+//     stage: one barrier per k-tile.
+//   - Loads, per operand and uniform for the block: a "slot" is 4 elements
+//     along the contiguous dimension (k when sxk / syk = 1, the rows or
+//     columns when sxm / syn = 1).  When that stride is 1 and the base and the
+//     other stride are multiples of 16 bytes, a slot that lies inside the
+//     matrix is one 128-bit load; a slot across an edge, and every slot of an
+//     operand with other strides (its smaller |stride| taken as contiguous),
+//     loads element by element, out-of-range elements as zeros.  A slot along
+//     k is stored transposed (4 scalar stores; the padding keeps them free of
+//     bank conflicts at SG_BK = 8), a slot along rows as one 128-bit store.
+//   - Stores: 128-bit runs of 4 columns where C is row-major (scn = 1; scm
+//     and the base 16-byte aligned), of 4 rows where it is column-major (scm
+//     = 1, the same for scn), element by element at the edges and otherwise.
+// Knobs: SG_BM, SG_BN (multiples of 64), SG_BK (a multiple of 4; SG_BM x SG_BK
+// and SG_BN x SG_BK multiples of 1024, so that each thread loads whole slots),
+// SG_MIN_BLOCKS (CUDA: __launch_bounds__' blocks per SM, 2 as shipped: at most
+// 128 registers a thread, none spilled at 128 x 128 x 8; 0 leaves it out, which
+// e.g. SG_BK = 16 needs to avoid spills).
+
+#ifndef SG_BM
+#define SG_BM 128
+#endif
+#ifndef SG_BN
+#define SG_BN 128
+#endif
+#ifndef SG_BK
+#define SG_BK 8
+#endif
+#ifndef SG_MIN_BLOCKS
+#define SG_MIN_BLOCKS 2                  // CUDA: blocks per SM that ptxas fits registers for (0: no bound)
+#endif
+#define SG_THREADS 256
+#define SG_TM (SG_BM / 16)               // a thread's rows of C: SG_TM / 4 runs of 4, 64 apart
+#define SG_TN (SG_BN / 16)               // and columns
+#define SG_PAD 4                         // floats after each k-row of a shared tile
+#if SG_BM % 64 || SG_BN % 64 || SG_BM < 64 || SG_BN < 64 || SG_BK % 4 || SG_BK < 4 || \
+    (SG_BM * SG_BK) % (4 * SG_THREADS) || (SG_BN * SG_BK) % (4 * SG_THREADS)
+#error "SG_BM, SG_BN: multiples of 64; SG_BK: a multiple of 4 with SG_BM*SG_BK, SG_BN*SG_BK multiples of 1024"
+#endif
+
+#if defined(KG_CUDA) && SG_MIN_BLOCKS > 0
+#define SG_LAUNCH_BOUNDS __launch_bounds__(SG_THREADS, SG_MIN_BLOCKS)
+#else
+#define SG_LAUNCH_BOUNDS KG_LAUNCH_BOUNDS(SG_THREADS)
+#endif
+
+// The tile kgate sizes kg_gemm_f32's grid by (absent: kg_gemm_tile_m/_n).
+extern "C" __device__ int kg_gemm_f32_tile_m = SG_BM;
+extern "C" __device__ int kg_gemm_f32_tile_n = SG_BN;
+
+// Four floats moved as one 128-bit load or store; only at 16-byte aligned
+// addresses.  Clang: a vector type, so that the load stays one (as a struct
+// its fields may be loaded apart and merged with a neighbouring branch's).
+#if defined(KG_CUDA)
+struct __attribute__((aligned(16))) kg_f32x4 { float x, y, z, w; };
+#else
+typedef float kg_f32x4 __attribute__((ext_vector_type(4)));
+#endif
+
+// One operand of kg_gemm_simt_f32 as its tiles see it: element (r, k) -- r a
+// row of X (m) or a column of Y (n), k along the inner dimension -- at
+// a + r*sr + k*sk, for r < R, k < K.  The block's tiles are rows [r0, r0+BR)
+// by k [k0, k0+SG_BK); each thread owns L slots of 4 elements of a tile
+// (placed by init, the same for every tile), held in v between the global
+// load (fetch) and the shared store (put).
+template <int BR>
+struct kg_sg_operand {
+    enum { L = BR * SG_BK / (4 * SG_THREADS) };
+    const float *a;
+    kg_i64 sr, sk, step; // step: elements between a slot's 4 values (sk or sr)
+    int r[L], k[L];      // a slot's first element: its row and k within the tile
+    int r0, R, kfast, vec;
+    float v[L][4];
+
+    // Choose the loads (see the section's comment) and place the thread's
+    // slots: along k, slot e = tid + l*SG_THREADS holds row e / (SG_BK/4),
+    // k (e % (SG_BK/4))*4 + 0..3; along rows, k e / (BR/4), rows
+    // (e % (BR/4))*4 + 0..3.  Every thread with the same arguments.
+    __device__ void init(const float *a_, kg_i64 sr_, kg_i64 sk_, int r0_, int R_, int tid)
+    {
+        a = a_, sr = sr_, sk = sk_, r0 = r0_, R = R_;
+        int aligned = (unsigned long long)a_ % 16 == 0;
+        int kv = sk_ == 1 && sr_ % 4 == 0 && aligned, rv = sr_ == 1 && sk_ % 4 == 0 && aligned;
+        kg_i64 ask = sk_ < 0 ? -sk_ : sk_, asr = sr_ < 0 ? -sr_ : sr_;
+        kfast = kv ? 1 : rv ? 0 : ask < asr;
+        vec = kv || rv;
+        step = kfast ? sk_ : sr_;
+#pragma unroll
+        for (int l = 0; l < L; l++) {
+            int e = tid + l * SG_THREADS;
+            r[l] = kfast ? e / (SG_BK / 4) : e % (BR / 4) * 4;
+            k[l] = kfast ? e % (SG_BK / 4) * 4 : e / (BR / 4);
+        }
+    }
+
+    // Load the thread's slots of the tile at k0 into v: a slot inside the
+    // matrix in one 128-bit load when vec, else element by element, zeros
+    // outside (rows >= R, k >= K); nothing outside the matrix is read.
+    __device__ void fetch(int k0, int K)
+    {
+#pragma unroll
+        for (int l = 0; l < L; l++) {
+            int rr = r0 + r[l], kk = k0 + k[l];
+            kg_i64 o = (kg_i64)rr * sr + (kg_i64)kk * sk;
+            int full = kfast ? rr < R && kk + 3 < K : rr + 3 < R && kk < K;
+            if (vec && full) {
+                kg_f32x4 q = *(const kg_f32x4 *)(a + o);
+                v[l][0] = q.x, v[l][1] = q.y, v[l][2] = q.z, v[l][3] = q.w;
+            } else {
+#pragma unroll
+                for (int i = 0; i < 4; i++) {
+                    int in = kfast ? rr < R && kk + i < K : rr + i < R && kk < K;
+                    v[l][i] = in ? a[o + i * step] : 0.0f;
+                }
+            }
+        }
+    }
+
+    // Store v into the shared tile s ([SG_BK][BR + SG_PAD], 16-byte aligned rows).
+    __device__ void put(float (*s)[BR + SG_PAD])
+    {
+#pragma unroll
+        for (int l = 0; l < L; l++) {
+            if (kfast) {
+#pragma unroll
+                for (int i = 0; i < 4; i++) s[k[l] + i][r[l]] = v[l][i];
+            } else {
+                kg_f32x4 q = { v[l][0], v[l][1], v[l][2], v[l][3] };
+                *(kg_f32x4 *)&s[k[l]][r[l]] = q;
+            }
+        }
+    }
+};
+
+// One k of a thread's SG_TM x SG_TN outputs: acc[i][j] += x[i] * y[j], x from
+// the k-row xk of X's shared tile (rows g*64 + tm*4 + 0..3), y from yk.
+__device__ static inline void kg_sg_step(float (*acc)[SG_TN], const float *xk, const float *yk, int tm, int tn)
+{
+    float x[SG_TM], y[SG_TN];
+#pragma unroll
+    for (int g = 0; g < SG_TM / 4; g++) {
+        kg_f32x4 q = *(const kg_f32x4 *)(xk + g * 64 + tm * 4);
+        x[g * 4] = q.x, x[g * 4 + 1] = q.y, x[g * 4 + 2] = q.z, x[g * 4 + 3] = q.w;
+    }
+#pragma unroll
+    for (int h = 0; h < SG_TN / 4; h++) {
+        kg_f32x4 q = *(const kg_f32x4 *)(yk + h * 64 + tn * 4);
+        y[h * 4] = q.x, y[h * 4 + 1] = q.y, y[h * 4 + 2] = q.z, y[h * 4 + 3] = q.w;
+    }
+#pragma unroll
+    for (int i = 0; i < SG_TM; i++)
+#pragma unroll
+        for (int j = 0; j < SG_TN; j++) acc[i][j] = kg_fma(x[i], y[j], acc[i][j]);
+}
+
+// One block's SG_BM x SG_BN tile of C = X·Y in fp32, rows [m0, m0+SG_BM) and
+// columns [n0, n0+SG_BN) clipped to M, N, as the section's comment says.
+// Every thread of the block must call it (it has barriers), with the same
+// arguments.
+__device__ static inline void kg_gemm_simt_f32(const float *X, const float *Y, float *C, int M, int N, int K,
+                                               kg_i64 sxm, kg_i64 sxk, kg_i64 syk, kg_i64 syn, kg_i64 scm,
+                                               kg_i64 scn, int m0, int n0)
+{
+    __shared__ __attribute__((aligned(16))) float xs[2][SG_BK][SG_BM + SG_PAD];
+    __shared__ __attribute__((aligned(16))) float ys[2][SG_BK][SG_BN + SG_PAD];
+    const int tid = (int)kg_tid(), warp = tid / 32, lane = tid % 32;
+    const int tm = warp / 4 * 8 + lane / 4, tn = warp % 4 * 4 + lane % 4;
+    kg_sg_operand<SG_BM> xo;
+    kg_sg_operand<SG_BN> yo;
+    xo.init(X, sxm, sxk, m0, M, tid);
+    yo.init(Y, syn, syk, n0, N, tid);
+    float acc[SG_TM][SG_TN];
+#pragma unroll
+    for (int i = 0; i < SG_TM; i++)
+#pragma unroll
+        for (int j = 0; j < SG_TN; j++) acc[i][j] = 0.0f;
+
+    const int nt = (K + SG_BK - 1) / SG_BK;
+    if (nt > 0) {
+        xo.fetch(0, K), yo.fetch(0, K);
+        xo.put(xs[0]), yo.put(ys[0]);
+    }
+    kg_sync();
+    for (int t = 0; t < nt; t++) {
+        const int cur = t & 1, kn = K - t * SG_BK;
+        if (t + 1 < nt) xo.fetch((t + 1) * SG_BK, K), yo.fetch((t + 1) * SG_BK, K);
+        if (kn >= SG_BK) {
+#pragma unroll
+            for (int kk = 0; kk < SG_BK; kk++) kg_sg_step(acc, xs[cur][kk], ys[cur][kk], tm, tn);
+        } else {
+#pragma unroll 1
+            for (int kk = 0; kk < kn; kk++) kg_sg_step(acc, xs[cur][kk], ys[cur][kk], tm, tn);
+        }
+        if (t + 1 < nt) xo.put(xs[cur ^ 1]), yo.put(ys[cur ^ 1]);
+        kg_sync();
+    }
+
+    const int aligned = (unsigned long long)C % 16 == 0;
+    if (scn == 1 && scm % 4 == 0 && aligned) {          // row-major: runs of 4 columns
+#pragma unroll
+        for (int i = 0; i < SG_TM; i++) {
+            int m = m0 + i / 4 * 64 + tm * 4 + i % 4;
+            if (m >= M) continue;
+            float *c = C + (kg_i64)m * scm;
+#pragma unroll
+            for (int h = 0; h < SG_TN / 4; h++) {
+                int n = n0 + h * 64 + tn * 4;
+                const float *a = &acc[i][h * 4];
+                if (n + 3 < N) {
+                    kg_f32x4 q = { a[0], a[1], a[2], a[3] };
+                    *(kg_f32x4 *)(c + n) = q;
+                } else {
+#pragma unroll
+                    for (int j = 0; j < 4; j++)
+                        if (n + j < N) c[n + j] = a[j];
+                }
+            }
+        }
+    } else if (scm == 1 && scn % 4 == 0 && aligned) {   // column-major: runs of 4 rows
+#pragma unroll
+        for (int j = 0; j < SG_TN; j++) {
+            int n = n0 + j / 4 * 64 + tn * 4 + j % 4;
+            if (n >= N) continue;
+            float *c = C + (kg_i64)n * scn;
+#pragma unroll
+            for (int g = 0; g < SG_TM / 4; g++) {
+                int m = m0 + g * 64 + tm * 4;
+                if (m + 3 < M) {
+                    kg_f32x4 q = { acc[g * 4][j], acc[g * 4 + 1][j], acc[g * 4 + 2][j], acc[g * 4 + 3][j] };
+                    *(kg_f32x4 *)(c + m) = q;
+                } else {
+#pragma unroll
+                    for (int i = 0; i < 4; i++)
+                        if (m + i < M) c[m + i] = acc[g * 4 + i][j];
+                }
+            }
+        }
+    } else {                                            // any strides
+#pragma unroll
+        for (int i = 0; i < SG_TM; i++) {
+            int m = m0 + i / 4 * 64 + tm * 4 + i % 4;
+            if (m >= M) continue;
+#pragma unroll
+            for (int j = 0; j < SG_TN; j++) {
+                int n = n0 + j / 4 * 64 + tn * 4 + j % 4;
+                if (n < N) C[(kg_i64)m * scm + (kg_i64)n * scn] = acc[i][j];
+            }
+        }
+    }
+}
+
+KG_ATOMICS(kg_gemm_f32, 0)
+extern "C" __global__ void SG_LAUNCH_BOUNDS
+kg_gemm_f32(const float *X, const float *Y, float *C, int M, int N, int K, kg_i64 sxm, kg_i64 sxk, kg_i64 syk,
+            kg_i64 syn, kg_i64 scm, kg_i64 scn)
+{
+    kg_gemm_simt_f32(X, Y, C, M, N, K, sxm, sxk, syk, syn, scm, scn, (int)kg_bid_y() * SG_BM,
+                     (int)kg_bid_x() * SG_BN);
+}
 
 // ===== GEMM, Hopper path (sm_90a): wgmma fed through an mbarrier ring =====
 //

@@ -1864,11 +1864,11 @@ if [ $gpu -eq 1 ]; then
 import sys
 s = open(sys.argv[1]).read()
 fwd = "        kg_attn_fwd<D>(Q, K, V, O, LSE, cu_q, cu_k, B, Hq, Hkv, Dh, scale, causal);"
-gemm = "        kg_gemm_portable<D>(X, Y, C, M, N, K, sxm, sxk, syk, syn, scm, scn,"
+gemm = "    kg_gemm_simt_f32(X, Y, C, M, N, K, sxm, sxk, syk, syn, scm, scn,"
 assert s.count(fwd) == 1 and s.count(gemm) == 1
 s = s.replace(fwd, "        if (Dh == 64 && kg_tid() == 0) O[(kg_i64)1 << 40] = O[0]; \\\n" + fwd)
-s = s.replace(gemm, "        if (sizeof(D::S) == 4) { __shared__ volatile int kg_never; if (kg_tid() == 0) kg_never = 0; \\\n"
-              "            __syncthreads(); while (kg_never == 0) { } } \\\n" + gemm)
+s = s.replace(gemm, "    __shared__ volatile int kg_never;\n    if (kg_tid() == 0) kg_never = 0;\n"
+              "    __syncthreads();\n    while (kg_never == 0) { }\n" + gemm)
 open(sys.argv[2], "w").write(s)
 PY
     cat >"$tmp/gpu_faults.txt" <<'EOF2'

@@ -351,6 +351,7 @@ struct arm {
     void *module;                 /* GPU: the loaded code object */
     struct kfns kfns;
     int tile_m, tile_n;           /* the GEMM tile it publishes (kg_gemm_tile_m/_n; 64 if absent) */
+    int f32_tile_m, f32_tile_n;   /* kg_gemm_f32's (kg_gemm_f32_tile_m/_n; tile_m/_n if absent) */
     int sm90_smem;                /* kg_gemm_sm90_smem: > 0 = it has the sm_90a GEMM, with this much dynamic smem */
     int sm90_tile_m, sm90_tile_n; /* that GEMM's tile */
     int sm90_cluster;             /* its blocks per cluster (1 or 2) */
@@ -414,10 +415,10 @@ static void arm_read_attn_bwd(struct device *d, struct arm *a)
 }
 
 /* Build arm a for device d: compile (or take from the cache) and load its
- * code object, and read the GEMM tile it publishes; on the CPU, hash it. */
+ * code object, and read the GEMM tiles it publishes; on the CPU, hash it. */
 static void arm_build(struct device *d, struct arm *a)
 {
-    a->tile_m = a->tile_n = 64;
+    a->tile_m = a->tile_n = a->f32_tile_m = a->f32_tile_n = 64;
     a->sm90_smem = 0;
     memset(a->attn_sm90_smem, 0, sizeof a->attn_sm90_smem);
     memset(a->attn_bwd_smem, 0, sizeof a->attn_bwd_smem);
@@ -430,6 +431,10 @@ static void arm_build(struct device *d, struct arm *a)
     a->tile_n = module_int(d, "kg_gemm_tile", "_n", 64);
     if (a->tile_m < 1 || a->tile_n < 1 || a->tile_m > 4096 || a->tile_n > 4096)
         die(EXIT_DEVICE, "%s publishes a GEMM tile of %dx%d", a->src_name, a->tile_m, a->tile_n);
+    a->f32_tile_m = module_int(d, "kg_gemm_f32_tile", "_m", a->tile_m);
+    a->f32_tile_n = module_int(d, "kg_gemm_f32_tile", "_n", a->tile_n);
+    if (a->f32_tile_m < 1 || a->f32_tile_n < 1 || a->f32_tile_m > 4096 || a->f32_tile_n > 4096)
+        die(EXIT_DEVICE, "%s publishes an f32 GEMM tile of %dx%d", a->src_name, a->f32_tile_m, a->f32_tile_n);
     a->sm90_smem = module_int(d, "kg_gemm_sm90", "_smem", 0);
     a->sm90_tile_m = module_int(d, "kg_gemm_sm90", "_tile_m", 0);
     a->sm90_tile_n = module_int(d, "kg_gemm_sm90", "_tile_n", 0);

@@ -325,9 +325,10 @@ static int sm90_launch(struct run *r, struct output *p)
 
 /* Output o of a product (gemm or grouped).  GPU: the portable kernels, a
  * BM x BN tile (the arm's; 64 x 64 as shipped) per block of 256 threads:
- * kg_gemm_<dt> (grid N/BN x M/BM), kg_grouped_<dt> (ragged rows; grid N/BN
- * x the groups' row tiles) or kg_grouped_wgrad_<dt> (ragged inner; grid
- * N/BN x M/BM x G).  CPU: product_cpu. */
+ * kg_gemm_<dt> (grid N/BN x M/BM; kg_gemm_f32 in the tile it publishes, if
+ * any), kg_grouped_<dt> (ragged rows; grid N/BN x the groups' row tiles) or
+ * kg_grouped_wgrad_<dt> (ragged inner; grid N/BN x M/BM x G).  CPU:
+ * product_cpu. */
 static void product_launch(struct run *r, int o)
 {
     static const char *const fname[3][DT_COUNT] = {
@@ -346,6 +347,7 @@ static void product_launch(struct run *r, int o)
     if (L->ragged == RAG_NONE) {
         void *params[] = { &L->dx, &L->dy, &p->buf, &M, &N, &K, &L->sxm, &L->sxk,
                            &L->syk, &L->syn, &p->srow, &p->scol };
+        if (p->dt == DT_F32) gx = tile_count(N, r->d->arm->f32_tile_n), gm = tile_count(M, r->d->arm->f32_tile_m);
         gpu_launch(r->d, name, gx, gm, 1, 256, params);
     } else if (L->ragged == RAG_ROWS) {
         void *params[] = { &L->dx, &L->dy, &p->buf, &L->doffs, &L->dtiles, &G, &N, &K, &L->sxm, &L->sxk,
