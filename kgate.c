@@ -152,6 +152,34 @@ static void repeat_runs(struct run *r, struct result *res, unsigned char **raw1,
     }
 }
 
+/* On the graph path (--graph), after the graph's replay (its outputs' raw
+ * storage in raw): each output notes that the graph path ran and, when a
+ * capture was refused, why (nothing more runs); else one eager run on
+ * poisoned outputs, each output compared with the replay bit for bit
+ * (unless the kernels declare atomics), with the graph-diff fault
+ * (--inject) planted in the eager run's bytes. */
+static void graph_check(struct run *r, struct result *res, unsigned char **raw)
+{
+    const char *refused = run_graph_refused(r);
+    for (int k = 0; k < r->nout; k++) {
+        memset(&res[k].graph, 0, sizeof res[k].graph);
+        res[k].graph.on = 1;
+        if (refused) snprintf(res[k].graph.why, sizeof res[k].graph.why, "%s", refused);
+    }
+    if (refused) return;
+    r->eager = 1;
+    int atomics = launch_all(r);
+    r->eager = 0;
+    for (int k = 0; k < r->nout && !atomics; k++) {
+        unsigned char *eager = gate_download(r, k);
+        const struct inject *inj = run_inject(r, INJ_GRAPH);
+        struct inject_ctx ix = { .r = r, .oi = k, .o = &r->out[k], .raw = eager };
+        if (inj) inj->apply(&ix);
+        gate_graph_compare(&r->out[k], raw[k], eager, &res[k].graph);
+        free(eager);
+    }
+}
+
 /* Time every launch of a passed case on the current arm, then re-check its
  * outputs (when references were computed: have_refs): sets res[].t,
  * .timed, .tflops, .pct_peak; returns 0 if a re-check failed. */
@@ -175,9 +203,11 @@ static int time_case(struct run *r, struct result *res, int have_refs, int idx, 
 }
 
 /* Gate arm ac on run r: the quantize stage (low precision), every launch on
- * poisoned outputs, `repeat` runs in all (the first checked, the others
- * compared bit for bit or, with atomics, gated), every gate of every output,
- * the check named `when`.  Sets ac->pass. */
+ * poisoned outputs (--graph: captured graphs, replayed), `repeat` runs in
+ * all (the first checked, the others compared bit for bit or, with atomics,
+ * gated; none after a refused capture), the graph's replay against an eager
+ * run (graph_check), every gate of every output, the check named `when`.
+ * Sets ac->pass. */
 static void gate_arm(struct run *r, struct arm_case *ac, int repeat, const char *when, int idx, int total,
                      FILE *progress)
 {
@@ -189,10 +219,12 @@ static void gate_arm(struct run *r, struct arm_case *ac, int repeat, const char 
     launch_all(r);
     unsigned char **raw1 = xcalloc((size_t)r->nout, sizeof *raw1);
     for (int k = 0; k < r->nout; k++) raw1[k] = gate_download(r, k);
-    if (repeat > 1) {
+    int refused = run_graph_path(r) && run_graph_refused(r);
+    if (repeat > 1 && !refused) {
         if (progress) fprintf(progress, "[%d/%d] %s: %d more runs\n", idx, total, r->c->label, repeat - 1);
         repeat_runs(r, res, raw1, repeat);
     }
+    if (run_graph_path(r)) graph_check(r, res, raw1);
     ac->pass = 1;
     for (int k = 0; k < r->nout; k++) {
         if (!res[k].rep.atomics || res[k].pass) gate_output(r, k, &res[k], raw1[k], when);
@@ -388,6 +420,7 @@ static int run_arms(const struct kcase *c, struct device *d, const struct opts *
     }
     for (int k = 0; k < r.nout; k++) plan_free(&base[k].plan), refs_free(&base[k].refs);
     free(base);
+    for (int a = 0; a < narms; a++) graph_free(d, ac[a].arm->graphs, GRAPH_SLOTS);
     run_release(&r);
     return pass;
 }
@@ -710,9 +743,9 @@ static unsigned command_kind(const char *cmd)
 }
 
 /* Exit 2 on options that parse but mean nothing for this run: --budget
- * without a candidate arm, --why without a tolerance, --trades-precision
- * on a case that is not low precision (one: the case of a case command,
- * compare or noise; NULL for other commands). */
+ * without a candidate arm, --why without a tolerance, --graph on the CPU
+ * device, --trades-precision on a case that is not low precision (one:
+ * the case of a case command, compare or noise; NULL for other commands). */
 static void check_meaningful(const struct opts *o, const struct kcase *one)
 {
     if (o->budget && !o->variant && !o->kernels_path && !o->ndefines)
@@ -720,6 +753,8 @@ static void check_meaningful(const struct opts *o, const struct kcase *one)
             "(--variant NAME with -D, or --kernels FILE)");
     if (o->why && o->rtol < 0 && o->atol < 0)
         die(EXIT_USAGE, "--why gives the reason for a looser --rtol or --atol; neither is given");
+    if (o->graph && o->device_cpu)
+        die(EXIT_USAGE, "--graph: graphs need a GPU (CUDA graphs or hipGraphs); the CPU device has none");
     if (o->trades_precision && one && one->qfmt == Q_NONE)
         die(EXIT_USAGE, "--trades-precision waives the low-precision SNR baseline rule; %s is not low precision",
             one->label);

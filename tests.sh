@@ -617,6 +617,36 @@ expect 0 "diff: all's case-001 with itself" $K diff "$DD/all/case-001" "$DD/all/
 expect 2 "diff: one directory" $K diff "$DD/a"
 expect 2 "diff: an option diff does not take" $K diff "$DD/a" "$DD/b" --seed 3
 one_line "diff --seed"
+echo "== --graph: refused on the CPU device; the graph path's planted faults pass eagerly"
+# The graph path needs a GPU (its checks on the H200: README "The graph path"); here its refusals,
+# its report and ledger fields on the eager path, and that its launch-path faults are harmless eagerly.
+for cmd in "gemm --shape 64x64x64" "all --shapes $DD/one.txt" "noise gemm --shape 64x64x64" "selftest"; do
+    expect 2 "--graph on the CPU device: $cmd" $K $cmd --device cpu --graph
+    one_line "--graph on the CPU device: $cmd"
+    has "$tmp/err" "^kgate: --graph: graphs need a GPU \(CUDA graphs or hipGraphs\); the CPU device has none$" \
+        "--graph on the CPU device: $cmd: says why"
+done
+expect 2 "--graph means nothing to isa" $K isa --graph
+one_line "--graph to isa"
+expect 2 "--inject graph-diff without --graph" $K gemm --device cpu --shape 64x64x64 --inject graph-diff
+one_line "--inject graph-diff without --graph"
+has "$tmp/err" "plants its fault in the graph path's check: give --graph" "--inject graph-diff: names --graph"
+for f in graph-alloc graph-sync; do
+    expect 0 "--inject $f passes on the eager path" $K gemm --device cpu --shape 130x100x70 --inject $f --wide
+    has "$tmp/out" "^gemm bf16 NT 130x100x70 +C +pass .* - +[0-9.e+-]+ +- +[0-9.e+-]+ +[0-9.]+ " \
+        "--inject $f: the row passes, the graph column is '-', a time is printed"
+done
+has "$tmp/out" "^  path: +eager \(each launch queued as it is called; --graph: through a captured graph\)$" \
+    "the header names the eager path"
+expect 0 "--json on the eager path" $K gemm --device cpu --shape 64x64x64 --json
+has "$tmp/out" '"path":"eager"' "--json: the case says which path ran"
+has "$tmp/out" '"graph":\{"pass":true,"value":null,"limit":0\}' "--json: the graph gate is not gated eagerly"
+expect 0 "a ledger kept on the eager path" $K gemm --device cpu --shape 64x64x64 --ledger "$DD/path.ledger"
+has "$DD/path.ledger" '"path":"eager"' "the ledger line says which path ran"
+has "$DD/path.ledger" '"conditions":"rtol -1 atol -1 full 0 repeat 1 trades-precision no"' \
+    "an eager line's conditions read as before --graph existed (its cached verdicts still match)"
+expect 0 "--help lists --graph" $K gemm --help
+has "$tmp/out" "--graph +the graph path: each launch" "--help: --graph"
 echo "== tolerances: looser needs --why"
 expect 2 "--rtol 0.05 without --why" $K gemm --device cpu --shape 64x64x64 --rtol 0.05
 one_line "--rtol without --why"

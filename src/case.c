@@ -56,7 +56,9 @@ struct op {
     int (*set)(struct kcase *c, const char *key, const char *val);
     /* Check that the case is complete and sane (exit 2 if not); fill c->label. */
     void (*finish)(struct kcase *c);
-    /* Make seeded inputs, upload them, allocate outputs (struct run). */
+    /* Make seeded inputs, upload them, allocate outputs (struct run) and the
+     * scratch the launches use: a launch may not allocate (--graph captures
+     * it). */
     void (*prepare)(struct run *r);
     /* Queue the kernels that compute output `o` and the outputs launched with
      * it (on the CPU device: compute them). */

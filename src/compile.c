@@ -360,6 +360,7 @@ struct arm {
     int attn_sm90_smem[3];        /* kg_attn_sm90_smem_d{64,128,256}: > 0 = it has that sm_90a attention forward */
     int attn_bwd_smem[2][2];      /* [d64, d128][dK/dV, dQ]: kg_attn_bwd_sm90_smem_d<D>, kg_attn_bwd_dq_sm90_smem_d<D> */
     int attn_bwd_bm, attn_bwd_dq_bn;  /* the sm_90a backward's boxes: dK/dV's query rows, dQ's keys (64 or 128) */
+    struct graph_slot graphs[GRAPH_SLOTS]; /* --graph: the current case's launches, captured (run_exec) */
 };
 
 /* Add the definition "NAME[=VALUE]" to arm a. */

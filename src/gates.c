@@ -14,6 +14,20 @@ struct repeat {
     int gated_fail_run;           /* atomics: the first run that failed a gate (0: none) */
 };
 
+/* What --graph found for one output: whether its launch ran on the graph
+ * path, why the capture was refused, and how the replay's storage compares
+ * with an eager run's on the same inputs. */
+struct graphcheck {
+    int on;                       /* the graph path ran (--graph on a GPU) */
+    char why[200];                /* the capture was refused: why ("": it was not) */
+    int atomics;                  /* the kernels declare atomics: gated, not compared bit for bit */
+    int compared;                 /* the eager run was compared */
+    size_t differ;                /* elements whose bytes differ from the eager run's */
+    size_t row, col;              /* the first of them */
+    double graph_v, eager_v;      /* its two values */
+    size_t guard_differ;          /* guard-band bytes that differ */
+};
+
 /* What the gates read: one output, its plan, references, the candidate's
  * decoded values and what the read-back and the repeats found. */
 struct gate_in {
@@ -32,6 +46,7 @@ struct gate_in {
     const struct qrun *q;         /* low precision: the quantize stage; NULL otherwise */
     double q_gate;                /* low precision: the format's SNR gate, dB (0: not low precision) */
     const char *trades;           /* --trades-precision: why the baseline rule is waived */
+    const struct graphcheck *graph;
 };
 
 /* Error sums of one tile or one segment. */
@@ -552,6 +567,37 @@ static void gate_determinism(const struct stats *s, const struct gate_in *g, str
                  "%.9g vs %.9g", r->diff_run, r->runs, r->diff_row, r->diff_col, r->other, r->first);
 }
 
+/* graph: with --graph, every launch of the case captured into a graph (a
+ * refused capture fails, naming the call a graph cannot hold: an
+ * allocation, a copy from the host, a read back, a wait), and the replay's
+ * output bitwise equal to an eager run's, unless the kernels declare
+ * atomics (catches what capture freezes or forbids). */
+static void gate_graph(const struct stats *s, const struct gate_in *g, struct verdict *v)
+{
+    (void)s;
+    const struct graphcheck *x = g->graph;
+    if (!x || !x->on) { not_gated(v, "the eager path (--graph runs and checks the graph path)"); return; }
+    v->limit = 0, v->value = NAN;
+    if (x->why[0]) {
+        v->pass = 0;
+        snprintf(v->detail, sizeof v->detail, "the launch cannot be captured into a graph: %s", x->why);
+    } else if (!x->compared) {
+        v->pass = 1;
+        snprintf(v->detail, sizeof v->detail, "the kernel declares atomics: the graph's replays are held to the "
+                 "gates, not compared bit for bit with an eager run");
+    } else {
+        v->value = (double)x->differ, v->pass = x->differ == 0 && x->guard_differ == 0;
+        if (v->pass)
+            snprintf(v->detail, sizeof v->detail, "the graph's replay equals an eager run bit for bit");
+        else if (x->differ)
+            snprintf(v->detail, sizeof v->detail, "the graph's replay differs from an eager run in %zu elements, "
+                     "first at (%zu,%zu): graph %.9g, eager %.9g", x->differ, x->row, x->col, x->graph_v, x->eager_v);
+        else
+            snprintf(v->detail, sizeof v->detail, "the graph's replay differs from an eager run in %zu guard-band "
+                     "bytes", x->guard_differ);
+    }
+}
+
 /* snr: low precision, SNR against the reference on the same quantized
  * inputs at least the format's gate: E4M3 25, E5M2 20, FP4 10 dB (catches a
  * product computed wrong, where element tolerances mean nothing). */
@@ -658,6 +704,7 @@ static const struct gate GATES[] = {
     { "worst-tile", "tile-dB", SHOW_DB, gate_worst_tile },
     { "group", "group-dB", SHOW_DB, gate_group },
     { "determinism", "repeat", SHOW_COUNT, gate_determinism },
+    { "graph", "graph", SHOW_COUNT, gate_graph },
 };
 #define N_GATES (sizeof GATES / sizeof *GATES)
 
@@ -680,6 +727,7 @@ struct result {
     int pass;                     /* every gate passed (on the last check made) */
     const char *failed_when;      /* "check" or "re-check after timing" */
     struct repeat rep;            /* what --repeat found */
+    struct graphcheck graph;      /* what --graph found */
     double atol;                  /* the allclose atol it is held to */
     int timed;                    /* on a launch's owner: its time is known */
     struct timing t;
@@ -803,7 +851,7 @@ static void gate_output(struct run *r, int o, struct result *res, unsigned char 
     float *out = gate_decode(r, o, raw, res->atol, &unwritten, &outside);
     struct gate_in g = { &r->out[o], &res->plan, &res->refs, out, unwritten, outside, r->out[o].dt,
                          gate_rtol(r, o), res->atol, gate_base_atol(r, o), r->inputs_nonzero, r->c->inputs, &res->rep,
-                         r->q, r->q ? QFMTS[r->q->f].snr_gate : 0, r->o->trades_precision };
+                         r->q, r->q ? QFMTS[r->q->f].snr_gate : 0, r->o->trades_precision, &res->graph };
     free(res->s.tiles);
     free(res->s.segs);
     stats_compute(&res->s, &g);
@@ -817,6 +865,27 @@ static void gate_output(struct run *r, int o, struct result *res, unsigned char 
     if (r->o->dump_dir && !res->out) res->out = out;   /* dump.c writes it and frees it */
     else free(out);
     free(own);
+}
+
+/* Compare output p's storage from a graph's replay (graph) with an eager
+ * run's (eager) into x: the elements and guard-band bytes that differ, and
+ * the first differing element. */
+static void gate_graph_compare(const struct output *p, const unsigned char *graph, const unsigned char *eager,
+                               struct graphcheck *x)
+{
+    size_t es = DTYPES[p->dt].bytes, end = p->guard + p->elems * es;
+    x->compared = 1, x->differ = x->guard_differ = 0;
+    for (size_t i = 0; i < p->guard; i++)
+        x->guard_differ += (graph[i] != eager[i]) + (graph[end + i] != eager[end + i]);
+    for (size_t i = 0; i < p->rows; i++)
+        for (size_t j = 0; j < p->cols; j++) {
+            size_t e = (size_t)((int64_t)i * p->srow + (int64_t)j * p->scol);
+            if (memcmp(graph + p->guard + e * es, eager + p->guard + e * es, es) == 0) continue;
+            if (!x->differ++) {
+                x->row = i, x->col = j;
+                x->graph_v = dt_load(p->dt, graph + p->guard, e), x->eager_v = dt_load(p->dt, eager + p->guard, e);
+            }
+        }
 }
 
 /* The first element where two raw storages of output o differ, as (row,

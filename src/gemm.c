@@ -41,10 +41,9 @@ static void gemm_finish(struct kcase *c)
 /* A is M x K ('N': stored [M][K]; 'T': stored [K][M]); B is K x N ('N':
  * [K][N]; 'T': [N][K]); C is [M][N].  With --bwd, dC is [M][N] and
  * dA = dC·Bᵀ, dB = Aᵀ·dC are stored in A's and B's layouts. */
-static void gemm_prepare(struct run *r)
+static void gemm_prepare_16(struct run *r)
 {
     const struct kcase *c = r->c;
-    if (c->qfmt != Q_NONE) { qgemm_prepare(r); return; }
     enum dtype t = c->dt;
     size_t M = c->m, N = c->n, K = c->k;
     int at = c->layout[0] == 'T', bt = c->layout[1] == 'T';
@@ -83,6 +82,15 @@ static void gemm_launch(struct run *r, int o)
 {
     if (r->q) q_launch(r, o);
     else product_launch(r, o);
+}
+
+/* The op row's prepare hook of gemm: inputs and outputs (quantized operands
+ * through qgemm_prepare), then the scratch its launches need (product_scratch). */
+static void gemm_prepare(struct run *r)
+{
+    if (r->c->qfmt != Q_NONE) qgemm_prepare(r);
+    else gemm_prepare_16(r);
+    product_scratch(r);
 }
 
 /* gemm's row of the op table (ops.c). */

@@ -68,7 +68,14 @@ typedef int kg_res;
     X(0, tmap_encode, kg_res,                                                               \
       (void *, int, unsigned, void *, const uint64_t *, const uint64_t *, const unsigned *, \
        const unsigned *, int, int, int, int),                                               \
-      "cuTensorMapEncodeTiled", "")
+      "cuTensorMapEncodeTiled", "")                                                         \
+    X(0, capture_begin, kg_res, (void *, int), "cuStreamBeginCapture_v2", "hipStreamBeginCapture") \
+    X(0, capture_end, kg_res, (void *, void **), "cuStreamEndCapture", "hipStreamEndCapture") \
+    X(0, graph_instantiate, kg_res, (void **, void *, unsigned long long),                 \
+      "cuGraphInstantiateWithFlags", "hipGraphInstantiateWithFlags")                        \
+    X(0, graph_launch, kg_res, (void *, void *), "cuGraphLaunch", "hipGraphLaunch")         \
+    X(0, graph_exec_destroy, kg_res, (void *), "cuGraphExecDestroy", "hipGraphExecDestroy") \
+    X(0, graph_destroy, kg_res, (void *), "cuGraphDestroy", "hipGraphDestroy")
 
 /* The run-time compilers: NVRTC and hiprtc, same shape again. */
 #define RTC_SYMS(X)                                                                         \
@@ -245,6 +252,8 @@ struct device {
     int launched_atomics; /* a kernel launched since this was cleared declares atomics */
     struct kfns *kfns;    /* the current arm's kernels (GPU) */
     struct launch_geom *geom; /* non-NULL: gpu_launch notes each kernel it launches here */
+    int capturing;        /* a graph capture is under way on the stream (--graph) */
+    char capture_why[200]; /* the first call a graph cannot hold, made during the capture ("": none) */
 };
 
 static const char *gpu_err_name(const struct device *d, kg_res r)
@@ -407,8 +416,23 @@ static void cpu_open(struct device *d)
 
 /* --- memory and launches, the same calls for every device kind --- */
 
+/* During a graph capture, note `what` (the first such call) as the reason
+ * the graph is refused: a call that capture does not record (an
+ * allocation, a copy from or to the host) or that it forbids (a wait on the
+ * stream).  1 when a capture is under way. */
+static int capture_refuse(struct device *d, const char *what)
+{
+    if (!d->capturing) return 0;
+    if (!d->capture_why[0]) snprintf(d->capture_why, sizeof d->capture_why, "%s", what);
+    return 1;
+}
+
+/* Allocate device memory (exit 5 when it cannot).  Inside a capture the
+ * allocation is made, the capture being relaxed, and refuses the graph. */
 static uint64_t dev_alloc(struct device *d, size_t bytes)
 {
+    capture_refuse(d, "a device allocation inside the capture (scratch allocated on the first launch: "
+                      "allocate it before the launch is captured)");
     if (d->kind == DEV_CPU) return (uint64_t)(uintptr_t)xmalloc(bytes);
     uint64_t p = 0;
     kg_res r = d->rt.mem_alloc(&p, bytes ? bytes : 1);
@@ -427,6 +451,7 @@ static void dev_free(struct device *d, uint64_t p)
 
 static void dev_upload(struct device *d, uint64_t dst, const void *src, size_t bytes)
 {
+    capture_refuse(d, "a copy from the host inside the capture (a graph replays the bytes of capture time)");
     if (d->kind == DEV_CPU) memcpy((void *)(uintptr_t)dst, src, bytes);
     else gpu_check(d, d->rt.h2d(dst, src, bytes), "copying inputs to the device");
 }
@@ -436,6 +461,9 @@ static void dev_upload(struct device *d, uint64_t dst, const void *src, size_t b
 static void dev_download(struct device *d, void *dst, uint64_t src, size_t bytes)
 {
     if (d->kind == DEV_CPU) { memcpy(dst, (void *)(uintptr_t)src, bytes); return; }
+    if (capture_refuse(d, "a value read back from the device inside the capture (a graph freezes what "
+                          "the host read)"))
+        return;
     gpu_check(d, d->rt.stream_sync(d->stream), "running the kernel (stream synchronize)");
     watch_done();
     gpu_check(d, d->rt.d2h(dst, src, bytes), "copying outputs from the device");
@@ -452,6 +480,7 @@ static void dev_fill(struct device *d, uint64_t p, unsigned char byte, size_t by
  * deadline is then cleared). */
 static void dev_sync(struct device *d)
 {
+    if (capture_refuse(d, "a wait for the stream inside the capture (a synchronisation)")) return;
     if (d->kind == DEV_GPU)
         gpu_check(d, d->rt.stream_sync(d->stream), "running the kernel (stream synchronize)");
     watch_done();
@@ -568,6 +597,59 @@ static void gpu_launch(struct device *d, const char *name, unsigned gx, unsigned
 {
     struct launch_dims l = { { gx, gy, gz }, threads, 0, 0 };
     gpu_launch_dims(d, name, &l, params);
+}
+
+/* --- graphs (--graph) --- */
+
+/* One launch of a case captured into a graph: the graph and its executable
+ * (NULL when the capture was refused: why says so), and whether the
+ * kernels it captured declare atomics. */
+struct graph_slot { void *graph, *exec; int tried, atomics; char why[200]; };
+#define GRAPH_SLOTS 8   /* a case's launch owners (MAX_OUT, run.c) and its quantize stage's two operands */
+
+/* Begin capturing the device's stream into a graph, in relaxed mode: the
+ * driver allows every call, and capture_refuse names those a graph cannot
+ * hold.  Exit 5 when the runtime lacks graphs. */
+static void graph_begin(struct device *d)
+{
+    if (!d->rt.capture_begin || !d->rt.capture_end || !d->rt.graph_instantiate || !d->rt.graph_launch ||
+        !d->rt.graph_exec_destroy || !d->rt.graph_destroy)
+        die(EXIT_DEVICE, "--graph: the %s runtime lacks stream capture or graph launch", PF_NAME[d->pf]);
+    d->capture_why[0] = 0;
+    gpu_check(d, d->rt.capture_begin(d->stream, 2 /* relaxed */), "beginning a stream capture");
+    d->capturing = 1;
+}
+
+/* End the capture begun by graph_begin into g: instantiated, or, when a
+ * call during the capture refused it or the runtime could not end or
+ * instantiate it, no executable and g->why saying why. */
+static void graph_end(struct device *d, struct graph_slot *g)
+{
+    d->capturing = 0;
+    kg_res r = d->rt.capture_end(d->stream, &g->graph);
+    if (d->capture_why[0])
+        snprintf(g->why, sizeof g->why, "%s", d->capture_why);
+    else if (r != 0)
+        snprintf(g->why, sizeof g->why, "ending the capture failed: %s (%d)", gpu_err_name(d, r), r);
+    else if ((r = d->rt.graph_instantiate(&g->exec, g->graph, 0)) != 0)
+        g->exec = NULL, snprintf(g->why, sizeof g->why, "instantiating the graph failed: %s (%d)", gpu_err_name(d, r), r);
+}
+
+/* Replay g's graph on the device's stream. */
+static void graph_replay(struct device *d, const struct graph_slot *g)
+{
+    watch_launch();
+    gpu_check(d, d->rt.graph_launch(g->exec, d->stream), "launching a graph");
+}
+
+/* Destroy the n graphs of slots (a case's, once it has run) and clear them. */
+static void graph_free(struct device *d, struct graph_slot *slots, int n)
+{
+    for (int i = 0; i < n; i++) {
+        if (slots[i].exec) d->rt.graph_exec_destroy(slots[i].exec);
+        if (slots[i].graph) d->rt.graph_destroy(slots[i].graph);
+        memset(&slots[i], 0, sizeof slots[i]);
+    }
 }
 
 /* The device's SM (CU) count, at least 1. */

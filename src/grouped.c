@@ -57,10 +57,9 @@ static void grouped_finish(struct kcase *c)
  * [ΣM][N], dA = dC_g·B_gᵀ is [ΣM][K] and dB_g = A_gᵀ·dC_g is stored in B's
  * layout (viewed as [G·K][N] for NN, [G·N][K] for NT); an empty group's dB_g
  * is exactly zero. */
-static void grouped_prepare(struct run *r)
+static void grouped_prepare_16(struct run *r)
 {
     const struct kcase *c = r->c;
-    if (c->qfmt != Q_NONE) { qgrouped_prepare(r); return; }
     enum dtype t = c->dt;
     size_t G = c->nlens, N = c->n, K = c->k;
     int bt = c->layout[1] == 'T';
@@ -101,6 +100,15 @@ static void grouped_prepare(struct run *r)
                               .m = R, .n = W, .doffs = gs.doffs, .groups = G, .offs = offs });
     o->seg = rows, o->nseg = G, o->seg_name = "group";
     for (size_t g = 0; g < G; g++) product_part(o, g, g * R, R, c->lens[g], xt + offs[g] * R, y + offs[g] * W);
+}
+
+/* The op row's prepare hook of grouped: inputs and outputs (quantized operands
+ * through qgrouped_prepare), then the scratch its launches need (product_scratch). */
+static void grouped_prepare(struct run *r)
+{
+    if (r->c->qfmt != Q_NONE) qgrouped_prepare(r);
+    else grouped_prepare_16(r);
+    product_scratch(r);
 }
 
 /* grouped's row of the op table (ops.c): launched as gemm's outputs are. */

@@ -73,6 +73,25 @@ static void inj_race(struct inject_ctx *x)
     x->raw[o->guard + (size_t)((int64_t)i * o->srow + (int64_t)j * o->scol) * DTYPES[o->dt].bytes] ^= 1;
 }
 
+/* The launch path allocates a scratch buffer on its first launch (a lazily
+ * sized workspace) and clears it before each: harmless eagerly; inside a
+ * graph's capture, an allocation the graph cannot hold. */
+static void inj_graph_alloc(struct inject_ctx *x)
+{
+    struct run *r = x->r;
+    if (!r->inj_scratch) r->inj_scratch = run_dev(r, 4096);
+    dev_fill(r->d, r->inj_scratch, 0, 4096);
+}
+
+/* The launch path reads a byte back from the device before it queues the
+ * kernels (a group count read with .item(), say): harmless eagerly; inside
+ * a graph's capture, a read back the graph cannot hold. */
+static void inj_graph_sync(struct inject_ctx *x)
+{
+    unsigned char v;
+    dev_download(x->r->d, &v, x->r->out[0].buf, 1);
+}
+
 /* Scale one group's (or sequence's) rows by 1 + 2^-5: the middle of the
  * segments that have rows. */
 static void inj_group(struct inject_ctx *x)
@@ -109,6 +128,12 @@ static const struct inject INJECTS[] = {
     { "mask", "allclose", "the causal mask shifted by one key", INJ_VALUES, attn_inj_mask, attn_inj_unfit },
     { "race", "determinism", "one bit of a repeated run flipped (needs --repeat 2 or more)", INJ_REPEAT,
       inj_race, NULL },
+    { "graph-alloc", "graph", "the launch path allocates scratch on its first launch (passes eagerly)", INJ_LAUNCH,
+      inj_graph_alloc, NULL },
+    { "graph-sync", "graph", "the launch path reads a value back from the device (passes eagerly)", INJ_LAUNCH,
+      inj_graph_sync, NULL },
+    { "graph-diff", "graph", "one bit differs between the graph's replay and the eager run (needs --graph)",
+      INJ_GRAPH, inj_race, NULL },
     { "scale", "scale", "one scale block of A off by a power of two (quantize stage)", INJ_QSTAGE, q_inj_scale,
       q_inj_unfit },
     { "quant", "conversion", "one scale block of A rounded the wrong way (quantize stage)", INJ_QSTAGE,
@@ -128,8 +153,8 @@ static const struct inject *inject_find(const char *name)
     return NULL;
 }
 
-/* Set the command's default --repeat; exit 2 on an unknown fault, or on
- * `race` without repeated runs. */
+/* Set the command's default --repeat; exit 2 on an unknown fault, on
+ * `race` without repeated runs, or on `graph-diff` without --graph. */
 static void inject_check(struct opts *o, int default_repeat)
 {
     if (!o->repeat) o->repeat = default_repeat;
@@ -142,4 +167,6 @@ static void inject_check(struct opts *o, int default_repeat)
     }
     if (inject_find(o->inject)->stage == INJ_REPEAT && o->repeat < 2)
         die(EXIT_USAGE, "--inject %s plants its fault in repeated runs: give --repeat 2 or more", o->inject);
+    if (inject_find(o->inject)->stage == INJ_GRAPH && !o->graph)
+        die(EXIT_USAGE, "--inject %s plants its fault in the graph path's check: give --graph", o->inject);
 }

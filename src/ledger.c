@@ -340,12 +340,13 @@ static void ledger_budget_check(const struct ledger *lg, const struct arm *a, co
 }
 
 /* What a run holds the gates to, as one line: tolerances, checked
- * elements, repeats, the precision waiver.  A cached verdict is reused only
- * under the same conditions. */
+ * elements, repeats, the precision waiver, and the graph path when it ran
+ * (an eager line's conditions read as before --graph existed).  A cached
+ * verdict is reused, and an A/A band, only under the same conditions. */
 static void ledger_conditions(const struct opts *o, char *buf, size_t n)
 {
-    snprintf(buf, n, "rtol %g atol %g full %d repeat %d trades-precision %s", o->rtol, o->atol, o->full,
-             o->repeat > 1 ? o->repeat : 1, o->trades_precision ? "yes" : "no");
+    snprintf(buf, n, "rtol %g atol %g full %d repeat %d trades-precision %s%s", o->rtol, o->atol, o->full,
+             o->repeat > 1 ? o->repeat : 1, o->trades_precision ? "yes" : "no", o->graph ? " path graph" : "");
 }
 
 /* The latest ledger line that settled arm a's correctness on case c: same
@@ -381,14 +382,16 @@ static void ledger_lookup_cached(const struct ledger *lg, const struct kcase *c,
 }
 
 /* The A/A band last measured for case c with reference code object `sha`
- * on this device and seed; its line in *line.  < 0 if none. */
+ * on this device and seed, on the same path (eager or graph); its line in
+ * *line.  < 0 if none. */
 static double ledger_band(const struct ledger *lg, const struct kcase *c, const struct opts *o,
                           const struct device *d, const char *sha, long *line)
 {
     for (size_t i = lg->n; i-- > 0;) {
         const struct ledger_line *l = &lg->line[i];
         if (l->band_measured && strcmp(l->sha, sha) == 0 && strcmp(l->kase, c->label) == 0 &&
-            l->seed == o->seed && strcmp(l->device, d->name) == 0 && strcmp(l->arch, d->arch) == 0) {
+            l->seed == o->seed && strcmp(l->device, d->name) == 0 && strcmp(l->arch, d->arch) == 0 &&
+            (strstr(l->conditions, " path graph") != NULL) == (o->graph != 0)) {
             *line = l->seq;
             return l->band;
         }
@@ -490,6 +493,7 @@ static void ledger_fields(FILE *f, const struct ledger *lg, const struct run *r,
     json_str(f, "case", r->c->label, 1);
     fprintf(f, "\"seed\":%" PRIu64 ",", r->o->seed);
     json_str(f, "inputs", INPUTS[r->c->inputs], 1);
+    json_str(f, "path", r->o->graph ? "graph" : "eager", 1);
     report_json_arm(f, ac[a].arm, 1);
     char cond[512];
     ledger_conditions(r->o, cond, sizeof cond);

@@ -463,6 +463,9 @@ static void q_stage_inject(struct run *r, struct qoperand *op, uint8_t *codes, u
     if (inj) inj->apply(&ix);
 }
 
+/* run_exec's launch of the quantize stage of operand i. */
+static void q_stage_exec(struct run *r, int i) { q_stage_launch(r, &r->q->op[i]); }
+
 /* The quantize-only stage of a low-precision case: each operand quantized
  * by the kernel, read back (with --inject scale or quant planted in A), and
  * compared with ref.c's codes and scales; the scale and conversion gates
@@ -473,7 +476,7 @@ static void q_stage(struct run *r)
     for (int i = 0; i < 2; i++) {
         struct qoperand *op = &q->op[i];
         size_t sbytes = op->nblocks * (q->rule != QR_AMAX ? 1 : sizeof(float));
-        q_stage_launch(r, op);
+        run_exec(r, MAX_OUT + i, q_stage_exec, i);
         uint8_t *codes = xmalloc(op->code_bytes + 1);
         unsigned char *scales = xmalloc(sbytes + 1);
         dev_download(r->d, codes, op->d_qcodes, op->code_bytes);

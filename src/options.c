@@ -34,6 +34,7 @@ struct opts {
     unsigned cmd_kind;            /* the command's K_* bit (main sets it; 0: no check, as for shapes lines) */
     unsigned long long seen;      /* the OPT_ROWS given so far: each may be given once (-D excepted) */
     const char *diff_dirs[2];     /* diff: the two --dump directories A and B */
+    int graph;                    /* --graph: every launch captured into a graph once, then replayed */
 };
 
 /* The kinds of command, as bits: which commands an option means something
@@ -60,6 +61,7 @@ static const struct opt_row { const char *key; int takes_value; unsigned cmds; }
     { "--dump", 1, K_CASE | K_ALL },                { "--seeds", 1, K_CASE | K_ALL },
     { "--json", 0, K_RUNS | K_DIFF },               { "--full", 0, K_RUNS | K_SELFTEST },
     { "--timeout", 1, K_RUNS },                     { "--wide", 0, K_RUNS },
+    { "--graph", 0, K_RUNS | K_SELFTEST },
 };
 
 /* The row of OPT_ROWS for argument `key` ("-DNAME" is -D's), or -1. */
@@ -161,6 +163,7 @@ static int opts_parse(struct opts *o, int argc, char **argv, int i)
     if (strcmp(key, "--json") == 0) { o->json = 1; return 1; }
     if (strcmp(key, "--full") == 0) { o->full = 1; return 1; }
     if (strcmp(key, "--wide") == 0) { o->wide = 1; return 1; }
+    if (strcmp(key, "--graph") == 0) { o->graph = 1; return 1; }
     if (strcmp(key, "--timeout") == 0) {
         if (parse_nonneg(val, &o->timeout) != 0 || !(o->timeout > 0) || o->timeout > 86400)
             die(EXIT_USAGE, "--timeout %s: expected seconds, more than 0 and at most 86400", shown(val));
@@ -294,7 +297,8 @@ static const char USAGE[] =
     "  --inject KIND    plant a fault in the candidate's output (compare: the candidate arm's;\n"
     "                   noise: the first arm's): tile, tail, nan, bias, drop,\n"
     "                   row, unwritten, outside, group, mask, race, round; low precision:\n"
-    "                   scale, quant, scale-index, precision; the gate meant for it must fail\n"
+    "                   scale, quant, scale-index, precision; --graph: graph-alloc,\n"
+    "                   graph-sync, graph-diff; the gate meant for it must fail\n"
     "  --trades-precision TEXT  low precision: waive the 3 dB baseline rule, for this reason\n"
     "  --timeout S      the watchdog: a launch that has not ended after S seconds is hung\n"
     "                   (default: max(10 s, 100 x the case's time at the device's peak; the\n"
@@ -304,6 +308,10 @@ static const char USAGE[] =
     "  --expect C       a gate: each arm's code object must hold matrix instructions of class C\n"
     "                   (wgmma, mma, mfma, wmma), or the case fails (the CPU device has none)\n"
     "  --json           one JSON object per case on stdout (the summary goes to stderr)\n"
+    "  --graph          the graph path: each launch (packing, quantizing and every kernel of\n"
+    "                   a backward included) captured once into a CUDA graph or hipGraph and\n"
+    "                   replayed, gated, compared bit for bit with an eager run, and timed\n"
+    "                   (a GPU device only)\n"
     "  --dump DIR       write inputs, outputs and double references as .npy files and a\n"
     "                   manifest (all: DIR/case-NNN) for bench/oracle.py\n"
     "\n"

@@ -176,37 +176,62 @@ static void pack_launch(struct device *d, uint64_t src, uint64_t dst, size_t row
     gpu_launch(d, "kg_pack_rows", blocks, 1, 1, 256, params);
 }
 
-/* When the arm packs (sm90_pack): replace in s each operand of L (G groups,
- * 0 when plain) that TMA cannot read (a row stride or base not aligned to
- * 16 bytes; K-major Y's groups not n rows apart, MN-major Y's group stride
- * not a multiple of 16 bytes) by a packed copy in L's scratch (allocated on
- * the first launch, which is never a timed one), queued before the GEMM so
- * that its time counts in the launch's.  A stored row is K elements of a
- * K-major operand's row, or M (N) elements of an MN-major one's K row.  The
- * copies sit between guard bands as inputs do (run_dev_input), one band
- * between them, so that a read past a packed operand is NaN too. */
+/* The packed copies of an sm_90a launch: which operands are packed, the
+ * rows (per plane for X; all planes' for Y) and row bytes of each copy,
+ * where Y's starts in the scratch (after X's and a guard band), and the
+ * scratch's bytes (0: nothing is packed). */
+struct pack_plan { int px, py; size_t xrows, xcols, yper, yrows, ycols, ldx, ldy, ybase, bytes; };
+
+/* The packing of s's operands (as sm90_operands sets them) of product L (G
+ * groups, 0 when plain): each that TMA cannot read (a row stride or base
+ * not aligned to 16 bytes; K-major Y's groups not n rows apart, MN-major
+ * Y's group stride not a multiple of 16 bytes) is packed.  A stored row is
+ * K elements of a K-major operand's row, or M (N) elements of an MN-major
+ * one's K row. */
+static struct pack_plan sm90_pack_plan(const struct prod_launch *L, size_t es, size_t G, const struct sm90_args *s)
+{
+    struct pack_plan p;
+    p.xrows = s->tx ? L->k : L->m, p.xcols = s->tx ? L->m : L->k;
+    p.yper = s->ty ? L->k : L->n, p.ycols = s->ty ? L->n : L->k, p.yrows = (G ? G : 1) * p.yper;
+    p.ldx = pack_ld_bytes(p.xcols, es), p.ldy = pack_ld_bytes(p.ycols, es);
+    p.px = !tma_aligned(s->x, s->ldx, es);
+    p.py = !tma_aligned(s->y, s->ldy, es) ||
+           (G && (s->ty ? s->syg * (int64_t)es % 16 != 0 : s->syg != (int64_t)L->n * s->ldy));
+    if (!L->k || !L->m || !L->n) p.px = p.py = 0;
+    p.ybase = p.ldx * p.xrows + IN_GUARD_BYTES;
+    p.bytes = p.px || p.py ? p.ybase + p.ldy * p.yrows : 0;
+    return p;
+}
+
+/* Scratch of `bytes` for L's packed copies, between guard bands as inputs
+ * are (run_dev_input), filled with 0xff: the band between the copies and
+ * every byte they leave unwritten read as NaN. */
+static void sm90_pack_scratch(struct run *r, struct prod_launch *L, size_t bytes)
+{
+    L->dpack = run_dev_input(r, bytes);
+    L->dpack_bytes = bytes;
+    dev_fill(r->d, L->dpack, 0xff, bytes);
+}
+
+/* When the arm packs: replace in s each operand of L (G groups, 0 when
+ * plain) that sm90_pack_plan packs by its packed copy in L's scratch
+ * (product_scratch makes it before any launch; without it, made here),
+ * queued before the GEMM so that its time counts in the launch's. */
 static void sm90_pack(struct run *r, struct prod_launch *L, size_t es, size_t G, struct sm90_args *s)
 {
-    size_t planes = G ? G : 1;
-    size_t xrows = s->tx ? L->k : L->m, xcols = s->tx ? L->m : L->k;                     /* per plane */
-    size_t yper = s->ty ? L->k : L->n, ycols = s->ty ? L->n : L->k, yrows = planes * yper;
-    size_t ldx = pack_ld_bytes(xcols, es), ldy = pack_ld_bytes(ycols, es);
-    int px = !tma_aligned(s->x, s->ldx, es);
-    int py = !tma_aligned(s->y, s->ldy, es) ||
-             (G && (s->ty ? s->syg * (int64_t)es % 16 != 0 : s->syg != (int64_t)L->n * s->ldy));
-    if (!r->d->arm->sm90_pack || !L->k || !L->m || !L->n || !(px || py)) return;
-    uint64_t ybase = ldx * xrows + IN_GUARD_BYTES;   /* Y's copy, after X's and a band */
-    if (!L->dpack) {
-        L->dpack = run_dev_input(r, ybase + ldy * yrows);
-        dev_fill(r->d, L->dpack + ldx * xrows, 0xff, IN_GUARD_BYTES);
+    struct pack_plan p = sm90_pack_plan(L, es, G, s);
+    if (!r->d->arm->sm90_pack || !p.bytes) return;
+    if (!L->dpack) sm90_pack_scratch(r, L, p.bytes);
+    if (p.bytes > L->dpack_bytes)
+        die(EXIT_DEVICE, "internal: %s needs %zu bytes of packing scratch, %zu made", r->c->label, p.bytes,
+            L->dpack_bytes);
+    if (p.px) {
+        pack_launch(r->d, s->x, L->dpack, p.xrows, p.xrows, p.xcols, s->ldx, 0, es);
+        s->x = L->dpack, s->ldx = (int64_t)(p.ldx / es);
     }
-    if (px) {
-        pack_launch(r->d, s->x, L->dpack, xrows, xrows, xcols, s->ldx, 0, es);
-        s->x = L->dpack, s->ldx = (int64_t)(ldx / es);
-    }
-    if (py) {
-        pack_launch(r->d, s->y, L->dpack + ybase, yrows, yper, ycols, s->ldy, s->syg, es);
-        s->y = L->dpack + ybase, s->ldy = (int64_t)(ldy / es), s->syg = (int64_t)(yper * ldy / es);
+    if (p.py) {
+        pack_launch(r->d, s->y, L->dpack + p.ybase, p.yrows, p.yper, p.ycols, s->ldy, s->syg, es);
+        s->y = L->dpack + p.ybase, s->ldy = (int64_t)(p.ldy / es), s->syg = (int64_t)(p.yper * p.ldy / es);
     }
 }
 
@@ -224,6 +249,16 @@ static int sm90_tmaps(const struct device *d, const struct arm *a, const struct 
                               G ? s->syg : s->ldy * (int64_t)L->k);
     return (!G || s->syg == (int64_t)L->n * s->ldy) &&
            tmap_encode(d, &s->tb, es, dt, s->y, G ? G * L->n : L->n, L->k, s->ldy, (unsigned)(a->sm90_tile_n / cl));
+}
+
+/* s cleared, with L's operands as an sm_90a launch reads them before any
+ * packing: X and Y MN-major as tx, ty say, their row strides, Y's group
+ * stride. */
+static void sm90_operands(const struct prod_launch *L, int tx, int ty, struct sm90_args *s)
+{
+    memset(s, 0, sizeof *s);
+    s->tx = tx, s->ty = ty;
+    s->x = L->dx, s->y = L->dy, s->ldx = tx ? L->sxk : L->sxm, s->ldy = ty ? L->syk : L->syn, s->syg = L->syg;
 }
 
 /* Units, grid and tensor maps of an sm_90a launch over the product L of
@@ -245,9 +280,7 @@ static void sm90_args(struct run *r, struct prod_launch *L, size_t es, enum dtyp
         tiles += per * tm * tn, units += per * ((tm + cl - 1) / cl * tn);
     }
     if (units > INT32_MAX) die(EXIT_USAGE, "%s: %zu tiles: too many for one launch", r->c->label, tiles);
-    memset(s, 0, sizeof *s);
-    s->tx = tx, s->ty = ty;
-    s->x = L->dx, s->y = L->dy, s->ldx = tx ? L->sxk : L->sxm, s->ldy = ty ? L->syk : L->syn, s->syg = L->syg;
+    sm90_operands(L, tx, ty, s);
     sm90_pack(r, L, es, G, s);
     s->use_tma = sm90_tmaps(r->d, a, L, es, dt, G, s);
     s->G = (int)(L->ragged == RAG_NONE ? 0 : L->groups), s->units = (int)units, s->M = (int)L->m, s->N = (int)L->n;
@@ -321,6 +354,33 @@ static int sm90_launch(struct run *r, struct output *p)
                        &s.N, &s.K, &s.ldx, &s.ldy, &s.syg, &srow, &scol };
     gpu_launch_dims(r->d, fname[tx][ty][p->dt == DT_BF16], &s.l, params);
     return 1;
+}
+
+/* Before any launch (a launch that allocates cannot be captured: --graph):
+ * on an sm_90 GPU, the packing scratch of each product output whose
+ * operands an sm_90a launch would pack, as stored or as its transpose
+ * (sm90_transpose), on 16-bit (or, quantized, 1-byte) elements; the larger
+ * of the two. */
+static void product_scratch(struct run *r)
+{
+    if (r->d->kind != DEV_GPU || strcmp(r->d->arch_base, "sm_90") != 0) return;
+    size_t es = r->q ? 1 : 2;
+    for (int o = 0; o < r->nout; o++) {
+        struct output *p = &r->out[o];
+        size_t bytes = 0;
+        for (int t = 0; t < 2 && (r->q || p->dt != DT_F32); t++) {
+            struct prod_launch L = p->pl;
+            int64_t srow = p->srow, scol = p->scol;
+            if (t) sm90_transpose(&L, &srow, &scol);
+            int tx = !r->q && L.sxk != 1, ty = !r->q && L.syk != 1;
+            if (L.ragged == RAG_INNER) L.k = L.offs[L.groups], tx = ty = 1;
+            struct sm90_args s;
+            sm90_operands(&L, tx, ty, &s);
+            struct pack_plan pp = sm90_pack_plan(&L, es, L.ragged == RAG_ROWS ? L.groups : 0, &s);
+            bytes = pp.bytes > bytes ? pp.bytes : bytes;
+        }
+        if (bytes) sm90_pack_scratch(r, &p->pl, bytes);
+    }
 }
 
 /* Output o of a product (gemm or grouped).  GPU: the portable kernels, a

@@ -446,6 +446,7 @@ static void json_case(FILE *f, const struct run *r, const struct arm_case *ac)
     json_str(f, "inputs", INPUTS[r->c->inputs], 1);
     json_str(f, "device", r->d->name, 1);
     json_str(f, "arch", r->d->arch, 1);
+    json_str(f, "path", r->o->graph ? "graph" : "eager", 1);
     report_json_arm(f, ac->arm, 1);
     if (r->o->why) json_str(f, "why", r->o->why, 1);
     if (r->o->trades_precision) json_str(f, "trades_precision", r->o->trades_precision, 1);
@@ -608,15 +609,19 @@ static void print_why(const struct opts *o)
     }
 }
 
-/* The run's header: the machine, the seed, the inputs, the repeats. */
+/* The run's header: the machine, the seed, the inputs, the repeats, the
+ * path the launches take. */
 static void print_run_header(FILE *f, const struct device *d, const struct opts *o)
 {
     print_machine(f, d);
     fprintf(f, "  %-12s %" PRIu64 "\n", "seed:", o->seed);
     fprintf(f, "  %-12s uniform, unless the case's label ends with its distribution (normal, scaled; --inputs)\n",
             "inputs:");
-    fprintf(f, "  %-12s %d run%s per case%s\n\n", "repeat:", o->repeat, o->repeat == 1 ? "" : "s",
+    fprintf(f, "  %-12s %d run%s per case%s\n", "repeat:", o->repeat, o->repeat == 1 ? "" : "s",
             o->repeat > 1 ? " (outputs bitwise equal, or gated when a kernel declares atomics)" : "");
+    fprintf(f, "  %-12s %s\n\n", "path:", o->graph ? "graph (each launch captured once into a graph and replayed; "
+            "checked against an eager run bit for bit)" : "eager (each launch queued as it is called; --graph: "
+            "through a captured graph)");
 }
 
 /* Size the label column for the cases: their longest label, at most

@@ -18,7 +18,8 @@ struct prod_launch {
     int64_t sxm, sxk, syk, syn, syg, scg;
     size_t m, n, k, groups, tiles;    /* tiles: ragged rows' total row tiles of 64 */
     const uint32_t *offs;             /* host copy of the group offsets */
-    uint64_t dpack;                   /* sm_90a: the operands packed for TMA (sm90_pack), made on first use */
+    uint64_t dpack;                   /* sm_90a: the operands packed for TMA (sm90_pack), made by product_scratch */
+    size_t dpack_bytes;
 };
 
 /* One output of a case, as the gates see it: a rows x cols matrix of dtype
@@ -81,6 +82,8 @@ enum inj_stage {
     INJ_VALUES,   /* on the decoded values of every check */
     INJ_RAW,      /* on the storage bytes of every check */
     INJ_REPEAT,   /* on the storage bytes of the repeated runs (--repeat) only */
+    INJ_LAUNCH,   /* in the launch path, before each launch's kernels are queued */
+    INJ_GRAPH,    /* on the storage bytes of the graph replay (--graph) only */
 };
 
 /* A planted fault: a row of INJECTS (inject.c). */
@@ -118,6 +121,8 @@ struct run {
     int inject_off;               /* the arm that runs now is not the one --inject plants a fault in */
     struct kept kept[MAX_KEPT];   /* the inputs as --dump writes them */
     int nkept;
+    int eager;                    /* --graph: launch eagerly now (the run the graph's outputs are compared with) */
+    uint64_t inj_scratch;         /* --inject graph-alloc: the scratch its launch path allocates */
 };
 
 static void *run_owned(struct run *r, size_t bytes)
@@ -343,21 +348,68 @@ static void run_test_fault(const struct run *r)
     }
 }
 
-/* Launch o (an owner), with gpu_launch noting each kernel it runs in
- * r->geom[o] (replacing the previous launch's notes); the CPU notes none,
- * and runs the candidate now, under the watchdog. */
-static void run_launch(struct run *r, int o)
-{
-    r->geom[o].n = 0;
-    r->d->geom = &r->geom[o];
-    if (r->d->kind == DEV_CPU) watch_launch(), run_test_fault(r);   /* the CPU candidate runs now, inside launch */
-    r->c->op->launch(r, o);
-    r->d->geom = NULL;
-}
-
 /* The --inject fault if it is planted at `stage`, else NULL. */
 static const struct inject *run_inject(const struct run *r, enum inj_stage stage)
 {
     const struct inject *inj = r->inject_off ? NULL : r->inj;
     return inj && inj->stage == stage ? inj : NULL;
+}
+
+/* Whether launches run on the graph path now: --graph on a GPU, outside the
+ * eager run the graph's outputs are compared with. */
+static int run_graph_path(const struct run *r) { return r->o->graph && r->d->kind == DEV_GPU && !r->eager; }
+
+_Static_assert(MAX_OUT + 2 <= GRAPH_SLOTS, "a graph slot per launch owner and per quantized operand");
+
+/* Run launch `slot` of the case (an owner's index; MAX_OUT + i: the quantize
+ * stage of operand i) on the current arm: fn(r, arg) queues it, after the
+ * launch-path fault (--inject, INJ_LAUNCH) if one is planted.  On the graph
+ * path the first call captures that into the arm's graph of the slot, and
+ * every call replays it; a graph the capture refused runs nothing (its
+ * outputs stay poisoned, and the graph gate names why). */
+static void run_exec(struct run *r, int slot, void (*fn)(struct run *, int), int arg)
+{
+    struct device *d = r->d;
+    const struct inject *inj = run_inject(r, INJ_LAUNCH);
+    struct inject_ctx ix = { .r = r, .oi = arg };
+    if (!run_graph_path(r)) {
+        if (inj) inj->apply(&ix);
+        fn(r, arg);
+        return;
+    }
+    struct graph_slot *g = &d->arm->graphs[slot];
+    if (!g->tried) {
+        int atomics = d->launched_atomics;
+        g->tried = 1;
+        d->launched_atomics = 0;
+        graph_begin(d);
+        if (inj) inj->apply(&ix);
+        fn(r, arg);
+        graph_end(d, g);
+        g->atomics = d->launched_atomics;
+        d->launched_atomics = atomics;
+    }
+    d->launched_atomics |= g->atomics;
+    if (g->exec) graph_replay(d, g);
+}
+
+/* Why the current arm's graphs of this case were refused (the first slot
+ * refused), or NULL. */
+static const char *run_graph_refused(const struct run *r)
+{
+    for (int i = 0; i < GRAPH_SLOTS; i++)
+        if (r->d->arm->graphs[i].why[0]) return r->d->arm->graphs[i].why;
+    return NULL;
+}
+
+/* Launch o (an owner) through run_exec, with gpu_launch noting each kernel
+ * it runs in r->geom[o] (replacing the previous launch's notes; a graph's
+ * replay keeps its capture's); the CPU notes none, and runs the candidate
+ * now, under the watchdog. */
+static void run_launch(struct run *r, int o)
+{
+    if (!run_graph_path(r) || !r->d->arm->graphs[o].tried) r->geom[o].n = 0, r->d->geom = &r->geom[o];
+    if (r->d->kind == DEV_CPU) watch_launch(), run_test_fault(r);   /* the CPU candidate runs now, inside launch */
+    run_exec(r, o, r->c->op->launch, o);
+    r->d->geom = NULL;
 }

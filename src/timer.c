@@ -64,7 +64,8 @@ static void *clock_probe(struct device *d)
 
 /* One sample of launch o: L2 flushed and its outputs poisoned (both queued
  * before the start event, so outside the timed window), then the launch
- * between two device events (GPU) or two clock reads (CPU).  On the GPU the
+ * (run_exec: a graph's replay on the graph path) between two device events
+ * (GPU) or two clock reads (CPU).  On the GPU the
  * clock probe `probe` (if any) then writes the SM clock into
  * d->clock_buf[2*slot], after the stop event.  Milliseconds. */
 static double time_one(struct run *r, int o, unsigned char flush_byte, void *probe, int slot)
@@ -75,13 +76,13 @@ static double time_one(struct run *r, int o, unsigned char flush_byte, void *pro
     if (d->kind == DEV_CPU) {
         double t0 = now_s();
         watch_launch();
-        r->c->op->launch(r, o);
+        run_exec(r, o, r->c->op->launch, o);
         watch_done();
         return (now_s() - t0) * 1e3;
     }
     float ms = 0;
     gpu_check(d, d->rt.event_record(d->ev[0], d->stream), "recording a timer event");
-    r->c->op->launch(r, o);
+    run_exec(r, o, r->c->op->launch, o);
     gpu_check(d, d->rt.event_record(d->ev[1], d->stream), "recording a timer event");
     if (probe && slot >= 0) {
         uint64_t at = d->clock_buf + (uint64_t)slot * 2 * sizeof(uint64_t);
