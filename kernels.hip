@@ -288,7 +288,8 @@ KG_GEMM_ENTRY(kg_gemm_bf16, kg_bf16)
 //     w: rows (w / 4) * 8 .. +7 of it, columns (w % 4) * 4 .. +3; lane l: row
 //     l / 4, column l % 4 within those).  Thread (tm, tn) owns SG_TM x SG_TN
 //     outputs: rows g*64 + tm*4 + 0..3 and columns h*64 + tn*4 + 0..3 of the
-//     tile, for g < SG_TM / 4, h < SG_TN / 4 (8 x 8 as shipped).
+//     tile, for g < SG_TM / 4, h < SG_TN / 4 (8 x 8 as shipped); k-tiles of
+//     SG_BK (as shipped 16 on CUDA, 8 on HIP).
 //   - Shared memory: two stages of X's tile as [SG_BK][SG_BM] and Y's as
 //     [SG_BK][SG_BN] (k-major, each k-row padded by SG_PAD floats), read as
 //     float4 runs of 4 rows or columns.  Tile t+1 is loaded from global memory
@@ -301,16 +302,19 @@ KG_GEMM_ENTRY(kg_gemm_bf16, kg_bf16)
 //     matrix is one 128-bit load; a slot across an edge, and every slot of an
 //     operand with other strides (its smaller |stride| taken as contiguous),
 //     loads element by element, out-of-range elements as zeros.  A slot along
-//     k is stored transposed (4 scalar stores; the padding keeps them free of
-//     bank conflicts at SG_BK = 8), a slot along rows as one 128-bit store.
+//     k is stored transposed (4 scalar stores, the padding spreading them
+//     over the banks), a slot along rows as one 128-bit store.
 //   - Stores: 128-bit runs of 4 columns where C is row-major (scn = 1; scm
 //     and the base 16-byte aligned), of 4 rows where it is column-major (scm
 //     = 1, the same for scn), element by element at the edges and otherwise.
 // Knobs: SG_BM, SG_BN (multiples of 64), SG_BK (a multiple of 4; SG_BM x SG_BK
 // and SG_BN x SG_BK multiples of 1024, so that each thread loads whole slots),
-// SG_MIN_BLOCKS (CUDA: __launch_bounds__' blocks per SM, 2 as shipped: at most
-// 128 registers a thread, none spilled at 128 x 128 x 8; 0 leaves it out, which
-// e.g. SG_BK = 16 needs to avoid spills).
+// SG_MIN_BLOCKS (CUDA: __launch_bounds__' blocks per SM; 0 as shipped leaves it
+// out: a bound of 2, at most 128 registers a thread, spills at SG_BK = 16).
+// On the H200 (2026-12-02, kgate compare, 7 rounds) SG_BK = 16 without the
+// bound took 0.927x the time of SG_BK = 8 with it at 8192x8192x1024 NN, 0.783x
+// at 1024^3 and 0.898x at 333x517x129.  HIP keeps SG_BK = 8, unmeasured on an
+// AMD GPU: clang-19's gfx942 build at 16 spills 6 SGPRs (238 VGPRs), at 8 none.
 
 #ifndef SG_BM
 #define SG_BM 128
@@ -319,10 +323,14 @@ KG_GEMM_ENTRY(kg_gemm_bf16, kg_bf16)
 #define SG_BN 128
 #endif
 #ifndef SG_BK
+#ifdef KG_CUDA
+#define SG_BK 16
+#else
 #define SG_BK 8
 #endif
+#endif
 #ifndef SG_MIN_BLOCKS
-#define SG_MIN_BLOCKS 2                  // CUDA: blocks per SM that ptxas fits registers for (0: no bound)
+#define SG_MIN_BLOCKS 0                  // CUDA: blocks per SM that ptxas fits registers for (0: no bound)
 #endif
 #define SG_THREADS 256
 #define SG_TM (SG_BM / 16)               // a thread's rows of C: SG_TM / 4 runs of 4, 64 apart
