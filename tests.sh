@@ -10,7 +10,7 @@
 # CPU commands, byte for byte apart from times) and the tree's shape (src/ and README's Map).
 #
 #   ./tests.sh            everything
-#   KGATE_QUICK=1 ./tests.sh   skip `kgate all --device cpu` (about half an hour on 2 cores)
+#   KGATE_QUICK=1 ./tests.sh   skip `kgate all --device cpu` (a few minutes on 2 cores)
 set -u
 cd "$(dirname "$0")"
 
@@ -533,6 +533,11 @@ expect 0 "a case over the CPU device's 100 GFLOP: skipped there (exit 0)" \
 has "$tmp/out" "d128 +- +skip +1100 GFLOP: over the CPU device's 100 \(a case for a GPU\)" "the skip names the case's FLOPs and the limit"
 expect 0 "a small attention case runs there" $K attn --device cpu --dtype bf16 --seq 96 --heads 2 --dim 64
 has "$tmp/out" "1 case, 2 outputs: 2 passed" "the small case ran and passed"
+expect 0 "a GEMM over the CPU device's 100 GFLOP (its backward counted): skipped there" \
+    $K gemm --device cpu --shape 2048x2048x4096 --bwd
+has "$tmp/out" "bwd +- +skip +103 GFLOP: over the CPU device's 100 \(a case for a GPU\)" "the GEMM's skip names its FLOPs"
+expect 0 "grouped over 100 GFLOP: skipped" $K grouped --device cpu --groups 2048,2048,2048,2048 --shape 4096x2048
+has "$tmp/out" "skip +137 GFLOP" "the grouped skip names its FLOPs"
 
 echo "== kgate diff: two --dump directories compared (equal, one ulp, a wrong tile, refusals)"
 DD="$tmp/dumps.diff"   # a directory; "$tmp/diff" is a file of the codec checks above
@@ -1876,7 +1881,7 @@ else
 fi
 
 if [ "${KGATE_QUICK:-0}" != 1 ]; then
-    echo "== kgate all --device cpu (the whole shapes.txt; about half an hour on 2 cores)"
+    echo "== kgate all --device cpu (the whole shapes.txt; its cases over 100 GFLOP, a GPU's, skipped)"
     expect 0 "kgate all --device cpu" $K all --device cpu
     has "$tmp/out" "cases, [0-9]+ outputs: [0-9]+ passed, 0 failed" "every case of shapes.txt passes on the CPU"
     cp "$tmp/out" "$tmp/all_cpu"

@@ -36,7 +36,7 @@ struct kcase {
     enum qrule qrule;             /* MX: QR_MX_SPEC or QR_MX_UP */
     unsigned q_given;             /* Q_GIVEN_* bits: low-precision options that were given */
     enum inputs inputs;           /* --inputs; IN_DEFAULT until case_finish */
-    double flops;                 /* attn: the candidate's FLOPs, from the shape (others: 0, not estimated) */
+    double flops;                 /* the candidate's FLOPs, from the shape (its outputs' launches together) */
     char where[320];              /* "shapes.txt:12" or "command line", for messages */
     char label[160];              /* "gemm bf16 NT 4096x4096x4096 bwd" */
 };

@@ -32,6 +32,7 @@ static void gemm_finish(struct kcase *c)
         die(EXIT_USAGE, "%s: --shape %ux%ux%u: a matrix would exceed %llu elements", c->where, c->m,
             c->n, c->k, (unsigned long long)MAX_ELEMS);
     q_finish(c);
+    c->flops = 2.0 * (double)m * (double)n * (double)k * (c->bwd ? 3 : 1);   /* C, and dA and dB */
     char dt[64];
     q_dtype_label(c, dt, sizeof dt);
     snprintf(c->label, sizeof c->label, "gemm %s %s %ux%ux%u%s", dt, c->layout, c->m, c->n, c->k,

@@ -46,6 +46,7 @@ static void grouped_finish(struct kcase *c)
             "elements", c->where, c->nlens, m, c->n, c->k, (unsigned long long)MAX_ELEMS);
     c->m = (uint32_t)m;
     q_finish(c);
+    c->flops = 2.0 * (double)m * (double)n * (double)k * (c->bwd ? 3 : 1);   /* C, and dA and dB */
     char dt[64];
     q_dtype_label(c, dt, sizeof dt);
     snprintf(c->label, sizeof c->label, "grouped %s %s G=%zu M=%" PRIu64 "[%" PRIu64 "..%" PRIu64 "] "
