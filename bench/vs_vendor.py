@@ -83,6 +83,48 @@ def scaled_mm_nt(m, n, k):
     return lambda: torch._scaled_mm(a, b.t(), scale_a=sa, scale_b=sb, out_dtype=torch.bfloat16)
 
 
+def scaled_mm_rowwise(m, n, k):
+    """e4m3 C = A·Bᵀ with fp32 scales per row of A and per row of B (per
+    column of C), bf16 out: torch._scaled_mm's rowwise mode."""
+    a = torch.randn(m, k, device="cuda").to(torch.float8_e4m3fn)
+    b = torch.randn(n, k, device="cuda").to(torch.float8_e4m3fn)
+    sa = torch.rand(m, 1, device="cuda") + 0.5
+    sb = torch.rand(1, n, device="cuda") + 0.5
+    return lambda: torch._scaled_mm(a, b.t(), scale_a=sa, scale_b=sb, out_dtype=torch.bfloat16)
+
+
+def scaled_mm_blockwise(m, n, k):
+    """e4m3 C = A·Bᵀ with DeepSeek-V3's scales, fp32, A per 1x128 and B per
+    128x128 block, bf16 out: torch._scaled_mm's blockwise mode, which takes
+    the scales outer-dimension-major (A's [M][K/128] stored column-major).
+    Raises where this PyTorch or its cuBLAS lacks the mode."""
+    a = torch.randn(m, k, device="cuda").to(torch.float8_e4m3fn)
+    b = torch.randn(n, k, device="cuda").to(torch.float8_e4m3fn)
+    sa = (torch.rand(k // 128, m, device="cuda") + 0.5).t()
+    sb = (torch.rand(k // 128, n // 128, device="cuda") + 0.5).t()
+    torch._scaled_mm(a, b.t(), scale_a=sa, scale_b=sb, out_dtype=torch.bfloat16)   # raises if refused
+    return lambda: torch._scaled_mm(a, b.t(), scale_a=sa, scale_b=sb, out_dtype=torch.bfloat16)
+
+
+def scaled_mm_grouped_loop(rows, n, k):
+    """The grouped e4m3 NT GEMM with per-tensor scales as a loop of
+    torch._scaled_mm, one per non-empty group."""
+    a = torch.randn(sum(rows), k, device="cuda").to(torch.float8_e4m3fn)
+    b = torch.randn(len(rows), n, k, device="cuda").to(torch.float8_e4m3fn)
+    sa, sb = torch.tensor(0.5, device="cuda"), torch.tensor(0.25, device="cuda")
+    cut = [0]
+    for r in rows:
+        cut.append(cut[-1] + r)
+    out = torch.empty(sum(rows), n, device="cuda", dtype=torch.bfloat16)
+
+    def loop():
+        for g in range(len(rows)):
+            if cut[g + 1] > cut[g]:
+                out[cut[g]:cut[g + 1]] = torch._scaled_mm(a[cut[g]:cut[g + 1]], b[g].t(), scale_a=sa, scale_b=sb,
+                                                          out_dtype=torch.bfloat16)
+    return loop
+
+
 def grouped_nt(rows, n, k):
     a = torch.randn(sum(rows), k, device="cuda").to(torch.bfloat16)
     b = torch.randn(len(rows), n, k, device="cuda").to(torch.bfloat16)
@@ -213,6 +255,16 @@ CASES = [
 # Each case above has one vendor operation, the library PyTorch calls.
 CASES = [(n, a, f, [("vendor", b)], None) for n, a, f, b in CASES] + [
     gemm_bwd_case(s, part) for s in (4096, 8192) for part in ("dA", "dB")] + [
+    ("e4m3 rowwise 8192^3", "gemm --dtype e4m3 --scaling row --shape 8192x8192x8192", 2 * 8192**3,
+     [("_scaled_mm rowwise", lambda: scaled_mm_rowwise(8192, 8192, 8192))], None),
+    # blockwise against the vendor's blockwise mode, and against its per-tensor time (the issue's
+    # fallback where this PyTorch lacks the mode: that row says so)
+    ("e4m3 block 8192^3", "gemm --dtype e4m3 --scaling block --shape 8192x8192x8192", 2 * 8192**3,
+     [("_scaled_mm blockwise", lambda: scaled_mm_blockwise(8192, 8192, 8192)),
+      ("_scaled_mm per tensor", lambda: scaled_mm_nt(8192, 8192, 8192))], None),
+    ("grouped e4m3 tensor 8x2048 4096x4096", "grouped --dtype e4m3 --scaling tensor --layout NT --groups "
+     + ",".join(["2048"] * 8) + " --shape 4096x4096", 2 * 8 * 2048 * 4096 * 4096,
+     [("_scaled_mm loop", lambda: scaled_mm_grouped_loop([2048] * 8, 4096, 4096))], None)] + [
     grouped_bwd_case(name, rows, n, k, part) for name, rows, n, k in (
         ("grouped bf16 8x2048 4096x4096", [2048] * 8, 4096, 4096),
         ("grouped bf16 DSV3-like 7168->4096", DSV3, 4096, 7168)) for part in ("dA", "dB")] + [
@@ -315,7 +367,7 @@ def main():
                 fn = build()
                 fn()   # a backend that cannot take the case raises here
                 fns.append((label, fn))
-            except (RuntimeError, torch.OutOfMemoryError) as e:
+            except (RuntimeError, ValueError, TypeError, torch.OutOfMemoryError) as e:
                 refused.append((label, str(e).splitlines()[0] if str(e) else type(e).__name__))
         vs = {label: [] for label, _ in fns}
         ks = []
