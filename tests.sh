@@ -1328,7 +1328,7 @@ has "$tmp/err" "does not verify at line 5" "the run names the line that breaks t
 printf '{"foo":1}\n' >"$tmp/u.ledger"
 expect 2 "a file that is no ledger" $K gemm --device cpu --shape 8x8x8 --ledger "$tmp/u.ledger"
 expect 0 "kgate ledger: the table" $K ledger --ledger "$L"
-has "$tmp/out" "^ +2 .* v1 +candidate +[0-9a-f]{12} pass .* [0-9.]+ +[0-9.]+ (faster|parity|slower) +1/3$" "the table has the ratio, band, verdict and budget count"
+has "$tmp/out" "^ +2 .* v1 +candidate +[0-9a-f]{12} pass +eager .* [0-9.]+ +[0-9.]+ (faster|parity|slower) +1/3$" "the table has the path, ratio, band, verdict and budget count"
 expect 0 "kgate ledger best" $K ledger best --ledger "$L"
 has "$tmp/out" "^gemm bf16 NT 48x40x56: '(v1|v2|v2-again|v4)' \(code object" "ledger best names a deliverable checkpoint"
 grep -q "'v3'" "$tmp/out" && bad "ledger best chose a diagnostic variant" || ok "ledger best never chooses a diagnostic variant"

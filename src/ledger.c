@@ -562,7 +562,8 @@ static void cell_num(char *buf, size_t n, const char *line, const char *key, con
     else snprintf(buf, n, fmt, v * scale);
 }
 
-/* kgate ledger: every whole line as a table row, with the budget count;
+/* kgate ledger: every whole line as a table row, with the path its
+ * launches took (a line from before --graph: eager) and the budget count;
  * exit 1, naming the line, when the chain does not verify. */
 static int ledger_table(const char *path)
 {
@@ -572,20 +573,21 @@ static int ledger_table(const char *path)
     if (!text) die(EXIT_USAGE, "cannot read the ledger %s: %s", shown(path), strerror(errno));
     const char *why = NULL;
     long lines = 0, bad = ledger_walk(text, len, NULL, &why, &lines, (char[65]){ 0 });
-    printf("%5s %-20s %-40s %-14s %-10s %-12s %-7s %11s %7s %7s %-7s %6s\n", "line", "time (UTC)", "case", "arm",
-           "role", "code object", "verdict", "median-us", "ratio", "band-%", "compare", "budget");
+    printf("%5s %-20s %-40s %-14s %-10s %-12s %-7s %-5s %11s %7s %7s %-7s %6s\n", "line", "time (UTC)", "case",
+           "arm", "role", "code object", "verdict", "path", "median-us", "ratio", "band-%", "compare", "budget");
     for (char *p = text, *nl; *p; p = nl + 1) {
         nl = strchr(p, '\n');
         if (!nl) break;
         *nl = 0;
         char when[32] = "", kase[256] = "", arm[64] = "", role[16] = "", sha[65] = "", verdict[16] = "",
-             cmp[16] = "-", med[32], ratio[32], band[32], used[16] = "?", budget[16] = "?";
+             cmp[16] = "-", med[32], ratio[32], band[32], used[16] = "?", budget[16] = "?", path[16] = "eager";
         ledger_field(p, "time", when, sizeof when);
         ledger_field(p, "case", kase, sizeof kase);
         ledger_field(p, "arm", arm, sizeof arm);
         ledger_field(p, "role", role, sizeof role);
         ledger_field(p, "code_sha256", sha, sizeof sha);
         ledger_field(p, "verdict", verdict, sizeof verdict);
+        ledger_field(p, "path", path, sizeof path);
         ledger_field(p, "compare", cmp, sizeof cmp);
         ledger_field(p, "budget_used", used, sizeof used);
         ledger_field(p, "budget", budget, sizeof budget);
@@ -595,8 +597,8 @@ static int ledger_table(const char *path)
         char count[40], seq[32];
         snprintf(count, sizeof count, "%s/%s", used, budget);
         cell_num(seq, sizeof seq, p, "seq", "%.0f", 1);
-        printf("%5s %-20s %-40.40s %-14.14s %-10s %-12.12s %-7s %11s %7s %7s %-7s %6s\n",
-               seq, when, kase, arm, role, sha, verdict, med, ratio, band, cmp, count);
+        printf("%5s %-20s %-40.40s %-14.14s %-10s %-12.12s %-7s %-5s %11s %7s %7s %-7s %6s\n",
+               seq, when, kase, arm, role, sha, verdict, path, med, ratio, band, cmp, count);
     }
     free(text);
     if (bad) fprintf(stderr, "kgate: ledger %s: line %ld: %s (kgate ledger verify)\n", path, bad, why);
