@@ -579,7 +579,7 @@ static void gate_graph(const struct stats *s, const struct gate_in *g, struct ve
     if (!x || !x->on) { not_gated(v, "the eager path (--graph runs and checks the graph path)"); return; }
     v->limit = 0, v->value = NAN;
     if (x->why[0]) {
-        v->pass = 0;
+        v->pass = 0, v->value = INFINITY;
         snprintf(v->detail, sizeof v->detail, "the launch cannot be captured into a graph: %s", x->why);
     } else if (!x->compared) {
         v->pass = 1;
@@ -843,7 +843,9 @@ static float *gate_decode(struct run *r, int o, unsigned char *raw, double atol,
 
 /* Run every gate on output o from its raw storage (downloaded if raw is
  * NULL): sets res->s, res->v and res->pass; res->plan and res->refs must be
- * ready.  `when` names the check in failure lines. */
+ * ready.  After a refused capture (--graph) the graph gate alone runs: the
+ * outputs hold no replay's result.  `when` names the check in failure
+ * lines. */
 static void gate_output(struct run *r, int o, struct result *res, unsigned char *raw, const char *when)
 {
     unsigned char *own = raw ? NULL : (raw = gate_download(r, o));
@@ -856,9 +858,11 @@ static void gate_output(struct run *r, int o, struct result *res, unsigned char 
     free(res->s.segs);
     stats_compute(&res->s, &g);
     res->pass = 1;
+    size_t graph = (size_t)gate_index("graph");
     for (size_t k = 0; k < N_GATES; k++) {
         memset(&res->v[k], 0, sizeof res->v[k]);
-        GATES[k].eval(&res->s, &g, &res->v[k]);
+        if (res->graph.why[0] && k != graph) not_gated(&res->v[k], "not run: the launch could not be captured");
+        else GATES[k].eval(&res->s, &g, &res->v[k]);
         res->pass &= res->v[k].pass;
     }
     res->failed_when = when;
