@@ -216,6 +216,13 @@ static void attn_cpu_bwd(struct run *r, int shift, const void *o, const float *l
  * memory into arm->attn_sm90_smem. */
 static const unsigned ATTN_SM90_DIMS[3] = { 64, 128, 256 };
 
+/* Whether TMA can read case a's Q, K and V: a head dim that is a multiple
+ * of 8 (rows of 16 bytes) and buffers aligned to 16 bytes. */
+static int attn_tma_inputs(const struct attn_case *a)
+{
+    return a->g.d % 8 == 0 && tma_aligned(a->d_q, 0, 2) && tma_aligned(a->d_k, 0, 2) && tma_aligned(a->d_v, 0, 2);
+}
+
 /* Which sm_90a forward runs case a on the current arm: the index into
  * ATTN_SM90_DIMS of the smallest head dim that holds d, when the arm has
  * that kernel and TMA can read every tensor (rows of d elements a multiple
@@ -223,11 +230,8 @@ static const unsigned ATTN_SM90_DIMS[3] = { 64, 128, 256 };
 static int attn_sm90_pick(const struct run *r)
 {
     const struct attn_case *a = r->attn;
-    const struct output *O = &r->out[a->o];
     size_t d = a->g.d;
-    if (d % 8 || !tma_aligned(a->d_q, 0, 2) || !tma_aligned(a->d_k, 0, 2) || !tma_aligned(a->d_v, 0, 2) ||
-        O->buf % 4)
-        return -1;
+    if (!attn_tma_inputs(a) || r->out[a->o].buf % 4) return -1;
     for (int i = 0; i < 3; i++)
         if (d <= ATTN_SM90_DIMS[i]) return r->d->arm->attn_sm90_smem[i] > 0 ? i : -1;
     return -1;
@@ -281,9 +285,8 @@ static int attn_sm90_bwd_pick(const struct run *r)
     const struct attn_case *a = r->attn;
     const struct arm *arm = r->d->arm;
     size_t d = a->g.d;
-    if (d % 8 || d > 128 || !tma_aligned(a->d_q, 0, 2) || !tma_aligned(a->d_k, 0, 2) || !tma_aligned(a->d_v, 0, 2) ||
-        !tma_aligned(a->d_do, 0, 2) || r->out[a->dq_out].buf % 4 || r->out[a->dk_out].buf % 4 ||
-        r->out[a->dv_out].buf % 4)
+    if (d > 128 || !attn_tma_inputs(a) || !tma_aligned(a->d_do, 0, 2) || r->out[a->dq_out].buf % 4 ||
+        r->out[a->dk_out].buf % 4 || r->out[a->dv_out].buf % 4)
         return -1;
     int i = d <= 64 ? 0 : 1;
     return arm->attn_bwd_smem[i][0] > 0 && arm->attn_bwd_smem[i][1] > 0 ? i : -1;

@@ -89,6 +89,13 @@ static void product_tile_check(const struct device *d)
  * elements: both aligned to 16 bytes. */
 static int tma_aligned(uint64_t base, int64_t ld, size_t es) { return base % 16 == 0 && ld * (int64_t)es % 16 == 0; }
 
+/* Whether a tensor map can hold rows at base, ld es-byte elements apart:
+ * tma_aligned, and a stride below the 2^40 bytes the map takes. */
+static int tma_rows_ok(uint64_t base, int64_t ld, size_t es)
+{
+    return tma_aligned(base, ld, es) && (uint64_t)ld * es < (1ull << 40);
+}
+
 /* A TMA descriptor (CUtensorMap): 128 opaque bytes, 64-byte aligned. */
 struct tmap { _Alignas(64) unsigned char b[128]; };
 
@@ -118,9 +125,8 @@ static void tmap_make(const struct device *d, struct tmap *m, size_t es, enum dt
 static int tmap_encode(const struct device *d, struct tmap *m, size_t es, enum dtype dt, uint64_t base,
                        size_t rows, size_t K, int64_t ld, unsigned box_rows)
 {
-    uint64_t stride = (uint64_t)ld * es;
-    if (!K || !rows || !tma_aligned(base, ld, es) || stride >= (1ull << 40)) return 0;
-    const uint64_t dims[2] = { K, rows }, strides[1] = { stride };
+    if (!K || !rows || !tma_rows_ok(base, ld, es)) return 0;
+    const uint64_t dims[2] = { K, rows }, strides[1] = { (uint64_t)ld * es };
     const unsigned box[2] = { (unsigned)(128 / es), box_rows };
     tmap_make(d, m, es, dt, 2, base, dims, strides, box, "GEMM");
     return 1;
@@ -136,11 +142,9 @@ static int tmap_encode_mn(const struct device *d, struct tmap *m, enum dtype dt,
                           size_t K, size_t planes, int64_t ld, int64_t sp)
 {
     const size_t es = 2;
-    uint64_t stride = (uint64_t)ld * es, pstride = (uint64_t)sp * es;
-    if (!K || !cols || !planes || !tma_aligned(base, ld, es) || pstride % 16 || stride >= (1ull << 40) ||
-        pstride >= (1ull << 40))
-        return 0;
-    const uint64_t dims[3] = { cols, K, planes }, strides[2] = { stride, pstride };
+    uint64_t pstride = (uint64_t)sp * es;
+    if (!K || !cols || !planes || !tma_rows_ok(base, ld, es) || pstride % 16 || pstride >= (1ull << 40)) return 0;
+    const uint64_t dims[3] = { cols, K, planes }, strides[2] = { (uint64_t)ld * es, pstride };
     const unsigned box[3] = { 64, 64, 1 };
     tmap_make(d, m, es, dt, 3, base, dims, strides, box, "GEMM");
     return 1;
@@ -335,11 +339,11 @@ static int sm90_launch(struct run *r, struct output *p)
         { { "kg_gemm_sm90_tt_f16", "kg_gemm_sm90_tt_bf16" }, { "kg_gemm_sm90_tn_f16", "kg_gemm_sm90_tn_bf16" } },
     };
     const struct arm *a = r->d->arm;
+    if (a->sm90_smem <= 0 || (p->dt != DT_BF16 && p->dt != DT_F16)) return 0;
     struct prod_launch L = p->pl;   /* a copy, which sm90_transpose may turn */
     int64_t srow = p->srow, scol = p->scol;
     if (a->sm90_layouts) sm90_transpose(&L, &srow, &scol);
     int tx = L.sxk != 1, ty = L.syk != 1;   /* K-major wherever K is contiguous */
-    if (a->sm90_smem <= 0 || (p->dt != DT_BF16 && p->dt != DT_F16)) return 0;
     if (L.ragged == RAG_INNER) {
         if (!a->sm90_layouts || L.sxm != 1 || L.syn != 1 || p->scol != 1) return 0;
         L.k = L.offs[L.groups];
