@@ -15,7 +15,8 @@
  * parts before it define, and none calls back into this file.  Then comes the
  * pipeline of one case, stage by stage,
  *
- *   case -> inputs -> references -> per arm: poisoned outputs, launches,
+ *   case -> inputs -> references -> per arm: poisoned outputs, launches
+ *   (--graph: captured graphs, replayed, and an eager run to compare),
  *   --repeat runs, every gate -> only if all passed: timer, re-check ->
  *   report -> ledger
  *
@@ -77,11 +78,11 @@ enum {
 
 #include "src/util.c"     /* die, allocation, seeded rng, SHA-256, files, parsers, JSON, child processes */
 #include "ref.c"          /* number formats, thread pool, CPU references, the CPU candidate */
-#include "src/gpu.c"      /* embedded kernels, runtime loader, device, memory, launches */
+#include "src/gpu.c"      /* embedded kernels, runtime loader, device, memory, launches, graphs */
 #include "src/options.c"  /* run options, --help, the device they name */
 #include "src/compile.c"  /* code objects: cached compiles in a child process; arms */
 #include "src/case.c"     /* one case, the op row's type, the ops' option parsers */
-#include "src/run.c"      /* a case while it runs: outputs, owned buffers, inputs, the fault hook */
+#include "src/run.c"      /* a case while it runs: outputs, owned buffers, inputs, the fault hook, run_exec */
 #include "src/plan.c"     /* the check plan and the references on it */
 #include "src/products.c" /* the products gemm, grouped and low precision share */
 #include "src/lowprec.c"  /* fp8 and MX: quantized operands, the quantize-only stage */

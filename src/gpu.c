@@ -1,8 +1,9 @@
 /* src/gpu.c — the device: kernels.hip embedded in the binary, the GPU
  * runtime and run-time compiler loaded with dlopen (one table of function
- * pointers for CUDA and HIP), opening a GPU or the CPU "device", memory, and
- * launches that note their geometry; the matrix-unit instruction classes of
- * each platform.  Relies on util.c and ref.c (the CPU's thread count). */
+ * pointers for CUDA and HIP), opening a GPU or the CPU "device", memory,
+ * launches that note their geometry, graphs (--graph: capture, replay, the
+ * calls a capture cannot hold); the matrix-unit instruction classes of each
+ * platform.  Relies on util.c and ref.c (the CPU's thread count). */
 
 /* --- embedded kernels --- */
 

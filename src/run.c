@@ -1,6 +1,7 @@
 /* src/run.c — a case while it runs: its outputs and inputs (device buffers
  * between guard bands), the buffers it owns, seeded inputs and their uploads,
- * and the hook of a planted fault.  Relies on util.c, ref.c, gpu.c and case.c. */
+ * the hook of a planted fault, and each launch run eagerly or through its
+ * graph.  Relies on util.c, ref.c, gpu.c and case.c. */
 
 /* A block of a product output: rows [row0, row0 + rows) of the output are
  * x (rows x inner) · y (inner x cols), canonical row-major floats. */
