@@ -20,8 +20,7 @@ struct repeat {
 struct graphcheck {
     int on;                       /* the graph path ran (--graph on a GPU) */
     char why[200];                /* the capture was refused: why ("": it was not) */
-    int atomics;                  /* the kernels declare atomics: gated, not compared bit for bit */
-    int compared;                 /* the eager run was compared */
+    int compared;                 /* the eager run was compared (not when the kernels declare atomics) */
     size_t differ;                /* elements whose bytes differ from the eager run's */
     size_t row, col;              /* the first of them */
     double graph_v, eager_v;      /* its two values */
