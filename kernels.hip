@@ -2405,7 +2405,7 @@ KG_FA_SM90_ENTRY(256, f16, 0)
 KG_FA_SM90_ENTRY(256, bf16, 1)
 #endif // KG_SM90
 
-// ===== Attention backward, Hopper path (sm_90a): wgmma, TMA, two passes =====
+// ===== Attention backward, Hopper path (sm_90a): wgmma, TMA, two passes or one =====
 //
 // kg_attn_bwd_dkdv_sm90_d{64,128}_{f16,bf16} and
 // kg_attn_bwd_dq_sm90_d{64,128}_{f16,bf16}: dK, dV and dQ of
@@ -2422,8 +2422,8 @@ KG_FA_SM90_ENTRY(256, bf16, 1)
 //   - dK/dV: grid (ceil(longest Sk / 128), Hkv, B), kg_attn_bwd_sm90_smem_d<D>
 //     bytes.  Block: FB_BN = 128 keys of one KV head, K and V resident (a
 //     consumer owns 64 keys: the rows of its wgmma).  The producer warp
-//     streams, for each query head of the group in turn and each block of
-//     FB_BM query rows that sees a key of the block, Q and dO (TMA, one
+//     streams, for each block of FB_BM query rows that sees a key of the
+//     block (the last first) and each query head of the group, Q and dO (TMA, one
 //     thread) and the rows' LSE·log2e and Dsum (the warp's loads; a row past
 //     the sequence or with LSE = -inf gets +inf, so p = 0) into a ring of
 //     FB_STAGES stages; a stage is free again when all 256 consumer threads
@@ -2444,8 +2444,23 @@ KG_FA_SM90_ENTRY(256, bf16, 1)
 //   - Two passes, S and dP computed in each (7 products where a dQ summed
 //     across the dK/dV blocks needs 5): every sum runs in one fixed order
 //     with no atomics and no semaphores (deterministic).
+//   - Fused (FB_FUSED, head dim 128: kg_attn_bwd_fused_sm90_d128_<dt>, then
+//     kg_attn_bwd_dq_post_sm90_d128_<dt>): the dK/dV pass also computes dQ,
+//     5 products per step.  Per step P^T and dS^T go through shared memory
+//     (dV += P^T·dO and dK += dS^T·Q read them there; dS^T double-buffered,
+//     both consumers meet on named barrier 1), and each consumer computes
+//     dQ's partial for its 64 columns, dS·K (A and B MN-major).  The dQ warp
+//     (producer warpgroup, warp 1) adds the partial into the step's fp32
+//     slab with one TMA bulk reduce, after key blocks 0 .. j-1 have added
+//     theirs (a lock per slab, acquire/release at GPU scope): one add per
+//     element per key block, in key-block order, so dQ is bitwise
+//     reproducible without a pass of its own.  setmaxnreg 40 / 232.  The
+//     walk (kg_fb_next) meets each query block at the same step in every
+//     key block, so a lock is normally free when reached.  The post kernel
+//     scales the slabs into dQ.  kgate zeroes the locks before each launch.
 // Techniques from FlashAttention-2 and -3 (Dao, arXiv 2307.08691; Shah et
-// al., arXiv 2407.08608).
+// al., arXiv 2407.08608; FA3's deterministic backward orders its dQ adds
+// with a semaphore per query block).
 
 #if defined(KG_SM90)
 #ifndef FB_BM
@@ -2456,6 +2471,15 @@ KG_FA_SM90_ENTRY(256, bf16, 1)
 #endif
 #ifndef FB_DQ_BN
 #define FB_DQ_BN 64                        // dQ: keys per block (the N of S, dP): 64 or 128
+#endif
+#ifndef FB_FUSED
+#define FB_FUSED 0                         // 1: head dim 128 runs the fused pass (dQ summed across key blocks in
+#endif                                     // order); 0: the two passes (faster as measured: README), as head dim 64
+#ifndef FB_DQ_ATOMIC
+#define FB_DQ_ATOMIC 0                     // 1: the fused pass adds dQ in any order, no locks (kgate zeroes the
+#endif                                     // slabs first): not bitwise reproducible, so declared as atomics
+#if FB_FUSED && FB_BM != 64
+#error "FB_FUSED needs FB_BM 64"
 #endif
 #if (FB_BM != 64 && FB_BM != 128) || (FB_DQ_BN != 64 && FB_DQ_BN != 128) || FB_STAGES < 2
 #error "FB_BM and FB_DQ_BN must be 64 or 128, FB_STAGES at least 2"
@@ -2470,6 +2494,16 @@ KG_FA_SM90_ENTRY(256, bf16, 1)
 // dQ: Q and dO (128 rows each), the stages' K and V, the alignment, the
 // barriers (Q/dO's, full[s], empty[s]).
 #define FB_DQ_SMEM(D) (2 * FA_Q_BYTES(D) + FB_STAGES * 2 * FB_DQ_KV_BYTES(D) + 1024 + 8 * (1 + 2 * FB_STAGES))
+// Fused (FB_FUSED, head dim 128): the dK/dV pass's layout plus two dS^T
+// buffers and one P^T buffer (FB_BN keys x FB_BM rows each), one step's dQ partial (FB_BM x D
+// fp32) and two more barriers (dQ partial full, empty).
+#define FB_DS_BYTES (FB_BN * FB_BM * 2)
+#define FB_DQ_PART_BYTES(D) (FB_BM * (D) * 4)
+#define FB_FUSED_SMEM(D) (FB_SMEM(D) + 3 * FB_DS_BYTES + FB_DQ_PART_BYTES(D) + 16)
+#if FB_FUSED
+extern "C" __device__ int kg_attn_bwd_fused_sm90_smem_d128 = FB_FUSED_SMEM(128);
+extern "C" __device__ int kg_attn_bwd_fused_sm90_atomic = FB_DQ_ATOMIC;   // 1: kgate zeroes the dQ slabs
+#endif
 extern "C" __device__ int kg_attn_bwd_sm90_smem_d64 = FB_SMEM(64);
 extern "C" __device__ int kg_attn_bwd_sm90_smem_d128 = FB_SMEM(128);
 extern "C" __device__ int kg_attn_bwd_dq_sm90_smem_d64 = FB_DQ_SMEM(64);
@@ -2547,15 +2581,27 @@ __device__ static __forceinline__ void kg_fb_store(const float *acc, float mul, 
     }
 }
 
-// The dK/dV producer warp: K and V once, then for each step t (query head
-// hk·G + t / nq, query rows from istart + (t % nq)·FB_BM) the stage's Q, dO
-// (lane 0, TMA) and LSE·log2e, Dsum (every lane, then one arrival each).
+// The walk of a dK/dV block over the query rows (both backward designs):
+// `nmb` blocks of FB_BM rows, from the one starting at row `last` down to
+// the one holding the block's first visible row, each met once per query
+// head of the group (g = 0 .. G-1: head hk·G + g).  Every key block of a
+// head meets a query block at the same step number whatever its causal
+// start, so the fused pass's ordered dQ sums (key block j after j - 1) do
+// not wait for a block that is behind.  kg_fb_next moves (g, i0) on one
+// step (no division: the producer warp has 24 registers).
+__device__ static __forceinline__ void kg_fb_next(int *g, int *i0, int G) {
+    if (++*g == G) *g = 0, *i0 -= FB_BM;
+}
+
+// The dK/dV producer warp: K and V once, then for each step of the walk
+// (kg_fb_next) the stage's Q, dO (lane 0, TMA)
+// and LSE·log2e, Dsum (every lane, then one arrival each).
 template <int D>
 __device__ static inline void kg_fb_dkdv_produce(const kg_tmap *tq, const kg_tmap *tdo, const kg_tmap *tk,
                                                  const kg_tmap *tv, const float *LSE, const float *Dsum,
                                                  float *stat, unsigned sk, unsigned sqd, unsigned kvbar,
                                                  unsigned full, unsigned empty, int lane, int hk, int G, int k0,
-                                                 int j0, int q0, int Sq, int Hq, int istart, int nq) {
+                                                 int j0, int q0, int Sq, int Hq, int last, int nmb) {
     const int CH = D / 64, KVB = FB_KV_BYTES(D), QB = FB_Q_BYTES(D);
     const float ninf = kg_neg_inf();
     if (lane == 0) {
@@ -2565,10 +2611,10 @@ __device__ static inline void kg_fb_dkdv_produce(const kg_tmap *tq, const kg_tma
             kg_tma_load3(sk + KVB + c * FB_BN * 128, tv, 64 * c, hk, k0 + j0, kvbar);
         }
     }
-    int s = 0;
+    int s = 0, g = 0, i0 = last;
     unsigned phase = 0;
-    for (int t = 0; t < G * nq; t++) {
-        const int h = hk * G + t / nq, i0 = istart + (t % nq) * FB_BM;
+    for (int t = 0; t < G * nmb; t++, kg_fb_next(&g, &i0, G)) {
+        const int h = hk * G + g;
         const unsigned q = sqd + 2 * s * QB;
         kg_bar_wait(empty + 8 * s, phase ^ 1);
         if (lane == 0) {
@@ -2589,17 +2635,153 @@ __device__ static inline void kg_fb_dkdv_produce(const kg_tmap *tq, const kg_tma
     }
 }
 
-// The body of kg_attn_bwd_dkdv_sm90_d<D>_<dt> (see the section comment).
+// The fused pass's dQ slab of query head h, rows from i0 of sequence b
+// (first token q0): slabs of FB_BM rows x D fp32, nslab per head, slab
+// q0 / FB_BM + b + i0 / FB_BM (distinct across sequences; kgate allocates
+// Tq / FB_BM + B + 1 per head).  Element (r, col) of a slab lies at float
+// r·D + 2·(col / 2 ^ (r % 8)·4) + col % 2: pairs swizzled so that the
+// consumers' stores from the accumulators meet no bank conflict.
+__device__ static __forceinline__ kg_i64 kg_fb_slab(int h, int nslab, int q0, int b, int i0) {
+    return (kg_i64)h * nslab + q0 / FB_BM + b + i0 / FB_BM;
+}
+__device__ static __forceinline__ __attribute__((unused)) int kg_fb_slab_at(int r, int col, int D) {   // unused at FB_BM 128
+    return r * D + 2 * ((col >> 1) ^ ((r & 7) << 2)) + (col & 1);
+}
+
+// A lock of the fused pass's ordered sums: read with acquire, written with
+// release, at GPU scope.
+__device__ static __forceinline__ int kg_fb_lock_read(const int *p) {
+    int v;
+    asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+    return v;
+}
+__device__ static __forceinline__ void kg_fb_lock_write(int *p, int v) {
+    asm volatile("st.release.gpu.global.b32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+
+// The fused pass's dQ warp (lane 0; the other lanes leave): for each step,
+// once the consumers have put the step's dQ partial (FB_BM x D fp32) in
+// shared memory at sdq (dqfull), wait until the slab's lock says that key
+// blocks 0 .. j-1 have added theirs, then copy the partial into the slab
+// (j = 0) or add it there (TMA bulk reduce, fp32), free sdq for the
+// consumers (dqempty) once read, and pass the lock to block j + 1 once the
+// sum has landed.  One add per element per key block, in key-block order:
+// the sum is bitwise reproducible.  Deadlock-free as long as a block with a
+// lower index along x is scheduled no later (the hardware's in-order
+// dispatch; FlashAttention-3's deterministic backward relies on the same).
+template <int D>
+__device__ static inline void kg_fb_dq_sum(float *acc, int *locks, unsigned sdq, unsigned dqfull, int lane, int j,
+                                           int slab0, int nslab, int G, int last, int steps) {
+    if (lane != 0) return;
+    int g = 0, i0 = last;
+    for (int t = 0; t < steps; t++, kg_fb_next(&g, &i0, G)) {
+        const int slab = slab0 + g * nslab + i0 / FB_BM;
+        kg_bar_wait(dqfull, t & 1);
+        float *dst = acc + (kg_i64)slab * FB_BM * D;
+        if (j > 0 && !FB_DQ_ATOMIC)
+            while (kg_fb_lock_read(locks + slab) != j) {}
+        if (j == 0 && !FB_DQ_ATOMIC)
+            asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;"
+                         ::"l"(dst), "r"(sdq), "r"(FB_BM * D * 4) : "memory");
+        else
+            asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;"
+                         ::"l"(dst), "r"(sdq), "r"(FB_BM * D * 4) : "memory");
+        asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+        asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
+        kg_bar_arrive(dqfull + 8);   // the consumers' dqempty
+        asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
+        asm volatile("fence.proxy.async.global;" ::: "memory");
+        kg_fb_lock_write(locks + slab, j + 1);
+    }
+}
+
+// A consumer's P^T or dS^T (fp32 accumulators v: its 64 keys x FB_BM query
+// rows), rounded to the input type, into the shared buffer at sbuf (all
+// FB_BN keys x FB_BM rows: 128-byte key rows of 64 query columns, 128-byte
+// swizzle, the 16-byte chunk ch of key row kl at chunk ch ^ kl % 8): the A
+// operand of dV += P^T·dO and dK += dS^T·Q (K-major, this consumer's rows)
+// and of dQ = dS·K (MN-major, all rows).  sbuf is 1024-byte aligned and
+// kl % 8 = lane / 4, so each address is one add and one xor of two
+// per-thread values.
+template <int BF>
+__device__ static __forceinline__ void kg_fb_put_t(const float *v, unsigned sbuf, int c, int warp, int lane) {
+    unsigned row = sbuf + (c * 64 + warp * 16 + lane / 4) * 128 + 4 * (lane % 4), x = (lane / 4) << 4;
+    asm volatile("" : "+r"(row));   // made here, each step (see kg_fb_put_dq)
+#pragma unroll
+    for (int i = 0; i < FB_BM / 8; i++)
+#pragma unroll
+        for (int hh = 0; hh < 2; hh++) {
+            const float v0 = v[4 * i + 2 * hh], v1 = v[4 * i + 2 * hh + 1];
+            asm volatile("st.shared.u32 [%0], %1;" ::"r"((row + hh * 1024 + (i << 4)) ^ x),
+                         "r"(BF ? kg_wg_pack(v0, v1, kg_bf16()) : kg_wg_pack(v0, v1, kg_f16())) : "memory");
+        }
+}
+
+// A consumer's dQ partial (64 query rows x its D/2 columns, accumulator
+// layout) into the shared slab image at sdq (1024-byte aligned; the layout
+// of kg_fb_slab_at, whose swizzle is then an xor of address bits 5-7).
+template <int D>
+__device__ static __forceinline__ void kg_fb_put_dq(const float *dq, unsigned sdq, int c, int warp, int lane) {
+    unsigned row = sdq + (warp * 16 + lane / 4) * D * 4 + 8 * (c * (D / 4) + lane % 4), x = (lane / 4) << 5;
+    asm volatile("" : "+r"(row));   // made here, each step: hoisted out of the loop, 16 addresses were spilled
+#pragma unroll
+    for (int i = 0; i < D / 16; i++)
+#pragma unroll
+        for (int hh = 0; hh < 2; hh++)
+            asm volatile("st.shared.v2.f32 [%0], {%1, %2};" ::"r"((row + hh * 8 * D * 4 + 32 * i) ^ x),
+                         "f"(dq[4 * i + 2 * hh]), "f"(dq[4 * i + 2 * hh + 1]) : "memory");
+}
+
+// C += A·B, 64 x D (FUSED pass: dV += P^T·dO, dK += dS^T·Q), issued and
+// committed: A this consumer's 64 rows of P^T or dS^T at a (K-major:
+// FB_BM query columns of 128-byte rows), B the stage's dO or Q at b
+// (MN-major, D / 64 chunks of the stage's rows).
 template <int D, int BF>
+__device__ static __forceinline__ void kg_fb_kv_issue(float *acc, unsigned a, unsigned b) {
+    kg_wg_fence();
+#pragma unroll
+    for (int kk = 0; kk < FB_BM / 16; kk++) {
+        const unsigned long long da = kg_wg_desc(a + kk * 32), db = kg_wg_desc_mn(b + kk * 16 * 128, FB_BM * 128);
+        if (D == 128) { if (BF) kg_wgmma_n128_bf16<0, 1>(acc, da, db, 1); else kg_wgmma_n128_f16<0, 1>(acc, da, db, 1); }
+        else { if (BF) kg_wgmma_n64_bf16<0, 1>(acc, da, db, 1); else kg_wgmma_n64_f16<0, 1>(acc, da, db, 1); }
+    }
+    kg_wg_commit();
+}
+
+// dQ partial = dS·K for one consumer's D/2 columns (FUSED pass, D = 128:
+// one 64-column chunk of K), issued and committed: dS (FB_BM x FB_BN) at
+// sds and K's chunk, both MN-major (wgmma's transposed A and B).
+template <int BF>
+__device__ static __forceinline__ void kg_fb_dq_issue(float *dq, unsigned sds, unsigned kc) {
+    kg_wg_fence();
+#pragma unroll
+    for (int kk = 0; kk < FB_BN / 16; kk++) {
+        const unsigned long long a = kg_wg_desc_mn(sds + kk * 16 * 128, FB_BN * 128),
+                                 b = kg_wg_desc_mn(kc + kk * 16 * 128, FB_BN * 128);
+        if (BF) kg_wgmma_n64_bf16<1, 1>(dq, a, b, kk);
+        else kg_wgmma_n64_f16<1, 1>(dq, a, b, kk);
+    }
+    kg_wg_commit();
+}
+
+// The body of kg_attn_bwd_dkdv_sm90_d<D>_<dt> (FUSED = 0) and of
+// kg_attn_bwd_fused_sm90_d<D>_<dt> (FUSED = 1: also dQ, summed in fp32
+// slabs at acc under locks; see the section comment).
+template <int D, int BF, int FUSED>
 __device__ static inline void kg_fb_dkdv(const kg_tmap *tq, const kg_tmap *tdo, const kg_tmap *tk, const kg_tmap *tv,
-                                         const float *LSE, const float *Dsum, kg_u16 *dK, kg_u16 *dV, const int *cu_q,
-                                         const int *cu_k, int Hq, int Hkv, int Dh, float scale, int causal) {
+                                         const float *LSE, const float *Dsum, kg_u16 *dK, kg_u16 *dV, float *acc,
+                                         int *locks, int nslab, const int *cu_q, const int *cu_k, int Hq, int Hkv,
+                                         int Dh, float scale, int causal) {
+    static_assert(!FUSED || (D == 128 && FB_BM == 64), "the fused backward: head dim 128, FB_BM 64");
     const int CH = D / 64, KVB = FB_KV_BYTES(D), QB = FB_Q_BYTES(D);
     extern __shared__ unsigned char kg_dsmem[];
     const unsigned base = (kg_smem_addr(kg_dsmem) + 1023u) & ~1023u;
     const unsigned sk = base, sqd = sk + 2 * KVB;                 // K, V; stage s: Q at sqd + 2s·QB, dO after it
-    const unsigned sst = sqd + 2 * FB_STAGES * QB;               // stage s: FB_BM LSE·log2e, then FB_BM Dsum
+    const unsigned sds = sqd + 2 * FB_STAGES * QB;               // FUSED: two dS^T buffers, P^T's, the dQ partial
+    const unsigned sp = sds + 2 * FB_DS_BYTES, sdq = sds + (FUSED ? 3 * FB_DS_BYTES : 0);
+    const unsigned sst = sdq + (FUSED ? FB_DQ_PART_BYTES(D) : 0); // stage s: FB_BM LSE·log2e, then FB_BM Dsum
     const unsigned kvbar = sst + 8 * FB_STAGES * FB_BM, full = kvbar + 8, empty = full + 8 * FB_STAGES;
+    const unsigned dqfull = empty + 8 * FB_STAGES, dqempty = dqfull + 8;
     float *stat = (float *)(kg_dsmem + (sst - kg_smem_addr(kg_dsmem)));
     const int tid = (int)kg_tid(), wg = tid / 128, warp = tid / 32 % 4, lane = tid % 32;
     const int b = (int)kg_bid_z(), hk = (int)kg_bid_y(), G = Hq / Hkv;
@@ -2607,38 +2789,46 @@ __device__ static inline void kg_fb_dkdv(const kg_tmap *tq, const kg_tmap *tdo, 
     const int j0 = (int)kg_bid_x() * FB_BN;
     if (j0 >= Sk) return;   // the whole block leaves, before any barrier
     const long long first = causal ? (long long)j0 - diag : 0;   // the first query row that sees key j0
-    const int istart = first < 0 ? 0 : first > Sq ? Sq : (int)first, nq = (Sq - istart + FB_BM - 1) / FB_BM;
+    const int istart = first < 0 ? 0 : first > Sq ? Sq : (int)first;
+    const int last = Sq > 0 ? (Sq - 1) / FB_BM * FB_BM : 0, nmb = Sq > istart ? last / FB_BM - istart / FB_BM + 1 : 0;
     if (tid == 0) {
         kg_bar_init(kvbar, 1);
         for (int s = 0; s < FB_STAGES; s++) {
             kg_bar_init(full + 8 * s, 1 + 32);   // lane 0's expect_tx and the warp's 32 arrivals
             kg_bar_init(empty + 8 * s, 256);     // every consumer thread (see the loop's end)
         }
+        if (FUSED) {
+            kg_bar_init(dqfull, 256);
+            kg_bar_init(dqempty, 1);
+        }
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
     kg_sync();
 
     if (wg == 0) {
-        asm volatile("setmaxnreg.dec.sync.aligned.u32 24;");
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(FUSED ? 40 : 24));
         if (warp == 0)
             kg_fb_dkdv_produce<D>(tq, tdo, tk, tv, LSE, Dsum, stat, sk, sqd, kvbar, full, empty, lane, hk, G, k0, j0,
-                                  q0, Sq, Hq, istart, nq);
+                                  q0, Sq, Hq, last, nmb);
+        else if (FUSED && warp == 1)
+            kg_fb_dq_sum<D>(acc, locks, sdq, dqfull, lane, (int)kg_bid_x(), (int)kg_fb_slab(hk * G, nslab, q0, b, 0),
+                            nslab, G, last, G * nmb);
         return;
     }
 
-    asm volatile("setmaxnreg.inc.sync.aligned.u32 240;");
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(FUSED ? 232 : 240));
     const int c = wg - 1, kr = j0 + c * 64 + warp * 16 + lane / 4;   // this thread's keys: kr, kr + 8
     const float sl2 = scale * 1.4426950408889634f;
-    float dv[D / 2], dk[D / 2], st[FB_BM / 2], dpt[FB_BM / 2];
-    unsigned pt[FB_BM / 16][4], dst[FB_BM / 16][4];   // P^T and dS^T as A fragments
+    float dv[D / 2], dk[D / 2], st[FB_BM / 2], dpt[FB_BM / 2], dq[FUSED ? D / 4 : 1];
+    unsigned pt[FUSED ? 1 : FB_BM / 16][4], dst[FUSED ? 1 : FB_BM / 16][4];   // P^T, dS^T as A fragments
 #pragma unroll
     for (int i = 0; i < D / 2; i++) dv[i] = dk[i] = 0.0f;
     kg_bar_wait(kvbar, 0);
     const unsigned kc = sk + c * 64 * 128, vc = kc + KVB;   // this warpgroup's 64 keys of K and V
     int s = 0;
     unsigned phase = 0;
-    for (int t = 0; t < G * nq; t++) {
-        const int i0 = istart + (t % nq) * FB_BM;
+    for (int t = 0; t < G * nmb; t++) {
+        const int i0 = last - t / G * FB_BM;   // the walk's (kg_fb_next's) first row at step t
         const unsigned q = sqd + 2 * s * QB, dO = q + QB;
         const float *lse2 = stat + 2 * FB_BM * s, *dsum = lse2 + FB_BM;
         kg_bar_wait(full + 8 * s, phase);
@@ -2648,13 +2838,35 @@ __device__ static inline void kg_fb_dkdv(const kg_tmap *tq, const kg_tmap *tdo, 
         kg_wg_touch<FB_BM / 2>(st);
         if (causal && j0 + c * 64 + 63 > i0 + diag) kg_fb_mask_t<FB_BM>(st, i0, kr, diag, lane);
         kg_fb_p_cols<FB_BM>(st, lse2, sl2, lane);
-        kg_fa_to_p<FB_BM, BF>(st, pt);
-        kg_fa_rs_issue<FB_BM / 16, D, BF>(dv, pt, dO, FB_BM * 128);
+        if (!FUSED) {
+            kg_fa_to_p<FB_BM, BF>(st, pt);
+            kg_fa_rs_issue<FB_BM / 16, D, BF>(dv, pt, dO, FB_BM * 128);
+        } else {
+            // P^T through shared memory (this consumer's rows of sp; its
+            // warps meet on named barrier 2 + c): no register operand stays
+            // in flight, which keeps the loop within 232 registers.
+            kg_fb_put_t<BF>(st, sp, c, warp, lane);
+            asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+            asm volatile("bar.sync %0, 128;" ::"r"(2 + c) : "memory");
+            kg_fb_kv_issue<D, BF>(dv, sp + c * 64 * 128, dO);
+        }
         kg_wg_wait<1>();
         kg_wg_touch<FB_BM / 2>(dpt);
         kg_fb_ds_cols<FB_BM>(dpt, st, dsum, lane);
-        kg_fa_to_p<FB_BM, BF>(dpt, dst);
-        kg_fa_rs_issue<FB_BM / 16, D, BF>(dk, dst, q, FB_BM * 128);
+        if (!FUSED) {
+            kg_fa_to_p<FB_BM, BF>(dpt, dst);
+            kg_fa_rs_issue<FB_BM / 16, D, BF>(dk, dst, q, FB_BM * 128);
+        } else {
+            // dS^T of both consumers in buffer t % 2 (the other may still
+            // feed the other consumer's dQ of step t - 1): dK's A (its own
+            // rows) and dQ's (all rows), then dQ's chunk c.
+            const unsigned sdsb = sds + (t & 1) * FB_DS_BYTES;
+            kg_fb_put_t<BF>(dpt, sdsb, c, warp, lane);
+            asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+            asm volatile("bar.sync 1, 256;" ::: "memory");
+            kg_fb_kv_issue<D, BF>(dk, sdsb + c * 64 * 128, q);
+            kg_fb_dq_issue<BF>(dq, sdsb, sk + c * FB_BN * 128);
+        }
         kg_wg_wait<0>();
         kg_wg_touch<D / 2>(dv);
         kg_wg_touch<D / 2>(dk);
@@ -2663,6 +2875,13 @@ __device__ static inline void kg_fb_dkdv(const kg_tmap *tq, const kg_tmap *tdo, 
         // with one arrival per warp after __syncwarp, racecheck reported
         // those stores racing with the loads, and it measured 1.9% slower.
         kg_bar_arrive(empty + 8 * s);
+        if (FUSED) {
+            kg_wg_touch<D / 4>(dq);
+            kg_bar_wait(dqempty, (t & 1) ^ 1);   // the dQ warp has read step t - 1's partial
+            kg_fb_put_dq<D>(dq, sdq, c, warp, lane);
+            asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+            kg_bar_arrive(dqfull);
+        }
         if (++s == FB_STAGES) s = 0, phase ^= 1;
     }
     kg_fb_store<D, BF>(dk, scale, dK, k0, kr, Sk, Hkv, hk, Dh, lane);
@@ -2767,6 +2986,28 @@ __device__ static inline void kg_fb_dq(const kg_tmap *tq, const kg_tmap *tdo, co
     kg_fb_store<D, BF>(dq, scale, dQ, q0, r_lo, Sq, Hq, h, Dh, lane);
 }
 
+// The fused pass's last step: dQ = scale · the slab sums (kg_fb_slab), into
+// the input type, for rows and columns inside the sequence and Dh; a row
+// that sees no key (no key block wrote its slab) gets 0.  Grid (ceil(longest
+// Sq / FB_BM), Hq, B), 256 threads: one slab per block.
+template <int D, int BF>
+__device__ static inline void kg_fb_dq_post(const float *acc, kg_u16 *dQ, const int *cu_q, const int *cu_k, int Hq,
+                                            int Dh, int nslab, float scale, int causal) {
+    const int b = (int)kg_bid_z(), h = (int)kg_bid_y(), i0 = (int)kg_bid_x() * FB_BM;
+    const int q0 = cu_q[b], Sq = cu_q[b + 1] - q0, Sk = cu_k[b + 1] - cu_k[b], diag = Sk - Sq;
+    if (i0 >= Sq) return;
+    const float *slab = acc + kg_fb_slab(h, nslab, q0, b, i0) * FB_BM * D;
+    for (int e = (int)kg_tid(); e < FB_BM * Dh / 2; e += 256) {
+        const int r = e / (Dh / 2), col = 2 * (e % (Dh / 2)), i = i0 + r;
+        if (i >= Sq) break;
+        const int seen = Sk > 0 && (!causal || i + diag >= 0);
+        const float v0 = seen ? slab[kg_fb_slab_at(r, col, D)] * scale : 0.0f;
+        const float v1 = seen ? slab[kg_fb_slab_at(r, col + 1, D)] * scale : 0.0f;
+        *(unsigned *)(dQ + ((kg_i64)(q0 + i) * Hq + h) * Dh + col) =
+            BF ? kg_wg_pack(v0, v1, kg_bf16()) : kg_wg_pack(v0, v1, kg_f16());
+    }
+}
+
 #define KG_FB_SM90_ENTRY(D, sfx, BF)                                                                      \
     KG_ATOMICS(kg_attn_bwd_dkdv_sm90_d##D##_##sfx, 0)                                                    \
     KG_ATOMICS(kg_attn_bwd_dq_sm90_d##D##_##sfx, 0)                                                      \
@@ -2777,7 +3018,8 @@ __device__ static inline void kg_fb_dq(const kg_tmap *tq, const kg_tmap *tdo, co
                                        const int *cu_q, const int *cu_k, int Hq, int Hkv, int Dh, float scale, \
                                        int causal)                                                         \
     {                                                                                                    \
-        kg_fb_dkdv<D, BF>(&tq, &tdo, &tk, &tv, LSE, Dsum, dK, dV, cu_q, cu_k, Hq, Hkv, Dh, scale, causal); \
+        kg_fb_dkdv<D, BF, 0>(&tq, &tdo, &tk, &tv, LSE, Dsum, dK, dV, 0, 0, 0, cu_q, cu_k, Hq, Hkv, Dh, scale, \
+                             causal);                                                                     \
     }                                                                                                    \
     extern "C" __global__ void __launch_bounds__(384, 1)                                                 \
     kg_attn_bwd_dq_sm90_d##D##_##sfx(const __grid_constant__ kg_tmap tq, const __grid_constant__ kg_tmap tdo, \
@@ -2791,6 +3033,33 @@ KG_FB_SM90_ENTRY(64, f16, 0)
 KG_FB_SM90_ENTRY(64, bf16, 1)
 KG_FB_SM90_ENTRY(128, f16, 0)
 KG_FB_SM90_ENTRY(128, bf16, 1)
+
+// The fused backward's entries (head dim 128): kg_attn_bwd_fused_sm90_d128_<dt>
+// (dK, dV and the dQ slabs; the locks zeroed before it) and
+// kg_attn_bwd_dq_post_sm90_d128_<dt> (dQ from the slabs).
+#define KG_FB_FUSED_ENTRY(D, sfx, BF)                                                                     \
+    KG_ATOMICS(kg_attn_bwd_fused_sm90_d##D##_##sfx, FB_DQ_ATOMIC)                                                   \
+    KG_ATOMICS(kg_attn_bwd_dq_post_sm90_d##D##_##sfx, 0)                                                 \
+    extern "C" __global__ void __launch_bounds__(384, 1)                                                 \
+    kg_attn_bwd_fused_sm90_d##D##_##sfx(const __grid_constant__ kg_tmap tq, const __grid_constant__ kg_tmap tdo, \
+                                        const __grid_constant__ kg_tmap tk, const __grid_constant__ kg_tmap tv,  \
+                                        const float *LSE, const float *Dsum, kg_u16 *dK, kg_u16 *dV,          \
+                                        float *acc, int *locks, int nslab, const int *cu_q, const int *cu_k,    \
+                                        int Hq, int Hkv, int Dh, float scale, int causal)                     \
+    {                                                                                                    \
+        kg_fb_dkdv<D, BF, 1>(&tq, &tdo, &tk, &tv, LSE, Dsum, dK, dV, acc, locks, nslab, cu_q, cu_k, Hq, Hkv, Dh, \
+                             scale, causal);                                                              \
+    }                                                                                                    \
+    extern "C" __global__ void __launch_bounds__(256)                                                    \
+    kg_attn_bwd_dq_post_sm90_d##D##_##sfx(const float *acc, kg_u16 *dQ, const int *cu_q, const int *cu_k,    \
+                                          int Hq, int Dh, int nslab, float scale, int causal)            \
+    {                                                                                                    \
+        kg_fb_dq_post<D, BF>(acc, dQ, cu_q, cu_k, Hq, Dh, nslab, scale, causal);                         \
+    }
+#if FB_BM == 64   // the entries exist whenever they can (the instruction checks see them); FB_FUSED runs them
+KG_FB_FUSED_ENTRY(128, f16, 0)
+KG_FB_FUSED_ENTRY(128, bf16, 1)
+#endif
 #endif // KG_SM90
 
 // ===== Low precision: fp8 and MX, portable path =====

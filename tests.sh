@@ -1195,7 +1195,8 @@ FAST90="kg_gemm_sm90_bf16 kg_gemm_sm90_f16 kg_gemm_sm90_nn_bf16 kg_gemm_sm90_nn_
         kg_attn_fwd_sm90_d64_f16 kg_attn_fwd_sm90_d128_f16 kg_attn_fwd_sm90_d256_f16
         kg_attn_bwd_dkdv_sm90_d64_bf16 kg_attn_bwd_dkdv_sm90_d128_bf16 kg_attn_bwd_dkdv_sm90_d64_f16
         kg_attn_bwd_dkdv_sm90_d128_f16 kg_attn_bwd_dq_sm90_d64_bf16 kg_attn_bwd_dq_sm90_d128_bf16
-        kg_attn_bwd_dq_sm90_d64_f16 kg_attn_bwd_dq_sm90_d128_f16"
+        kg_attn_bwd_dq_sm90_d64_f16 kg_attn_bwd_dq_sm90_d128_f16 kg_attn_bwd_fused_sm90_d128_bf16
+        kg_attn_bwd_fused_sm90_d128_f16"
 nfast=$(echo $FAST90 | wc -w)
 nvcc=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
 ptxas=$(command -v ptxas || echo /usr/local/cuda/bin/ptxas)

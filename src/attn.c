@@ -9,6 +9,10 @@
  * products; a larger scale only makes the softmax one-hot. */
 #define ATTN_SCALE_MAX 1e4
 
+/* The fused sm_90a backward's query block (kernels.hip's FB_BM): the rows
+ * of one dQ slab (kg_fb_slab), and the boxes Q and dO are read in. */
+#define ATTN_FB_ROWS 64
+
 /* Apply attention option `key` (value `val`) to c: 1 if the value was
  * used, 0 for a flag, -1 if key is not an attention option; exit 2 on a
  * bad value. */
@@ -94,6 +98,8 @@ struct attn_case {
     struct attn_in in;
     size_t tq, tk, max_sq, max_sk;
     uint64_t d_q, d_k, d_v, d_do, dcu_q, dcu_k, dsum;  /* device buffers */
+    uint64_t dq_slabs, dq_locks;              /* the fused sm_90a backward's dQ sums and their locks (GPU, d 65..128) */
+    int nslab;                                /* slabs per query head (kg_fb_slab) */
     int o, lse, dq_out, dk_out, dv_out;       /* output indices; -1: none */
     int stats_ready;
 };
@@ -173,6 +179,11 @@ static void attn_prepare(struct run *r)
     a->d_do = run_upload(r, a->in.dout, a->tq * hq * d, t);
     run_keep(r, "dO", a->in.dout, 'f', 3, a->tq, hq, d);
     a->dsum = run_dev(r, a->tq * hq * sizeof(float) + 4);
+    if (r->d->kind != DEV_CPU && d > 64 && d <= 128) {   /* made before any launch: a graph may capture the first */
+        a->nslab = (int)(a->tq / ATTN_FB_ROWS + B + 1);
+        a->dq_slabs = run_dev(r, hq * (size_t)a->nslab * ATTN_FB_ROWS * 128 * sizeof(float));
+        a->dq_locks = run_dev(r, hq * (size_t)a->nslab * sizeof(int));
+    }
     o = run_output(r, "dQ", t, a->tq, hq * d, (int64_t)(hq * d), 1);
     o->flops = 10 * pairs, o->check_macs = 3 * pairs, o->head_dim = (unsigned)d, o->grad = 1;
     o->seg = cu_q, o->nseg = B, o->seg_name = "sequence";
@@ -278,8 +289,8 @@ static void attn_sm90_fwd(struct run *r, int i)
 
 /* Which sm_90a backward runs case a on the current arm: 0 (head dim 64)
  * or 1 (128) for the smallest that holds d, when the arm has both passes
- * of it and TMA can read Q, K, V and dO (as attn_sm90_pick); -1 otherwise
- * (the portable kernels). */
+ * of it (or, at 128, the fused pass) and TMA can read Q, K, V and dO (as
+ * attn_sm90_pick); -1 otherwise (the portable kernels). */
 static int attn_sm90_bwd_pick(const struct run *r)
 {
     const struct attn_case *a = r->attn;
@@ -289,11 +300,52 @@ static int attn_sm90_bwd_pick(const struct run *r)
         r->out[a->dk_out].buf % 4 || r->out[a->dv_out].buf % 4)
         return -1;
     int i = d <= 64 ? 0 : 1;
+    if (i == 1 && arm->attn_bwd_fused_smem > 0 && a->dq_slabs) return 1;
     return arm->attn_bwd_smem[i][0] > 0 && arm->attn_bwd_smem[i][1] > 0 ? i : -1;
 }
 
-/* The backward of case a through the sm_90a passes (i from
- * attn_sm90_bwd_pick), after kg_attn_bwd_pre_<dt> has written Dsum:
+/* The fused backward of case a (head dim 128, the arm has it), after
+ * kg_attn_bwd_pre_<dt> has written Dsum: the slabs' locks zeroed (the
+ * slabs themselves when the arm adds in any order, -D FB_DQ_ATOMIC=1), then
+ * kg_attn_bwd_fused_sm90_d128_<dt> on grid (ceil(longest Sk / 128), Hkv, B),
+ * 384 threads, with Q and dO in boxes of 64 rows and K and V of 128 (dK,
+ * dV and the dQ sums), then kg_attn_bwd_dq_post_sm90_d128_<dt> on grid
+ * (ceil(longest Sq / 64), Hq, B), 256 threads (dQ). */
+static void attn_sm90_bwd_fused(struct run *r)
+{
+    static const char *const fused[DT_COUNT] = { NULL, "kg_attn_bwd_fused_sm90_d128_f16",
+                                                 "kg_attn_bwd_fused_sm90_d128_bf16" };
+    static const char *const post[DT_COUNT] = { NULL, "kg_attn_bwd_dq_post_sm90_d128_f16",
+                                                "kg_attn_bwd_dq_post_sm90_d128_bf16" };
+    struct attn_case *a = r->attn;
+    enum dtype t = r->c->dt;
+    const struct attn_geom *g = &a->g;
+    int hq = (int)g->hq, hkv = (int)g->hkv, d = (int)g->d, causal = g->causal;
+    float scale = (float)g->scale;
+    uint64_t L = r->out[a->lse].buf, dQ = r->out[a->dq_out].buf, dK = r->out[a->dk_out].buf,
+             dV = r->out[a->dv_out].buf;
+    struct tmap tq, tdo, tk, tv;
+    attn_tmap(r->d, &tq, t, a->d_q, a->tq, g->hq, g->d, ATTN_FB_ROWS);
+    attn_tmap(r->d, &tdo, t, a->d_do, a->tq, g->hq, g->d, ATTN_FB_ROWS);
+    attn_tmap(r->d, &tk, t, a->d_k, a->tk, g->hkv, g->d, 128);
+    attn_tmap(r->d, &tv, t, a->d_v, a->tk, g->hkv, g->d, 128);
+    if (r->d->arm->attn_bwd_fused_atomic)
+        dev_fill(r->d, a->dq_slabs, 0, g->hq * (size_t)a->nslab * ATTN_FB_ROWS * 128 * sizeof(float));
+    else
+        dev_fill(r->d, a->dq_locks, 0, g->hq * (size_t)a->nslab * sizeof(int));
+    void *kp[] = { &tq,      &tdo, &tk,       &tv,       &L,  &a->dsum, &dK, &dV, &a->dq_slabs, &a->dq_locks,
+                   &a->nslab, &a->dcu_q, &a->dcu_k, &hq, &hkv, &d,  &scale, &causal };
+    struct launch_dims l = { { (unsigned)((a->max_sk + 127) / 128), (unsigned)hkv, (unsigned)g->b }, 384,
+                             (unsigned)r->d->arm->attn_bwd_fused_smem, 0 };
+    gpu_launch_dims(r->d, fused[t], &l, kp);
+    void *pp[] = { &a->dq_slabs, &dQ, &a->dcu_q, &a->dcu_k, &hq, &d, &a->nslab, &scale, &causal };
+    gpu_launch(r->d, post[t], (unsigned)((a->max_sq + ATTN_FB_ROWS - 1) / ATTN_FB_ROWS), (unsigned)hq,
+               (unsigned)g->b, 256, pp);
+}
+
+/* The backward of case a through the sm_90a kernels (i from
+ * attn_sm90_bwd_pick), after kg_attn_bwd_pre_<dt> has written Dsum: at
+ * head dim 128 the fused pass when the arm has it, else two passes:
  * kg_attn_bwd_dkdv_sm90_d<D>_<dt> on grid (ceil(longest Sk / 128), Hkv, B)
  * with Q and dO in boxes of the arm's query rows, K and V in boxes of 128;
  * kg_attn_bwd_dq_sm90_d<D>_<dt> on grid (ceil(longest Sq / 128), Hq, B)
@@ -311,6 +363,10 @@ static void attn_sm90_bwd(struct run *r, int i)
     };
     struct attn_case *a = r->attn;
     const struct arm *arm = r->d->arm;
+    if (i == 1 && arm->attn_bwd_fused_smem > 0 && a->dq_slabs) {
+        attn_sm90_bwd_fused(r);
+        return;
+    }
     enum dtype t = r->c->dt;
     const struct attn_geom *g = &a->g;
     int hq = (int)g->hq, hkv = (int)g->hkv, d = (int)g->d, causal = g->causal;
