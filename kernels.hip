@@ -2422,8 +2422,8 @@ KG_FA_SM90_ENTRY(256, bf16, 1)
 //   - dK/dV: grid (ceil(longest Sk / 128), Hkv, B), kg_attn_bwd_sm90_smem_d<D>
 //     bytes.  Block: FB_BN = 128 keys of one KV head, K and V resident (a
 //     consumer owns 64 keys: the rows of its wgmma).  The producer warp
-//     streams, for each block of FB_BM query rows that sees a key of the
-//     block (the last first) and each query head of the group, Q and dO (TMA, one
+//     streams, for each query head of the group in turn and each block of
+//     FB_BM query rows that sees a key of the block, Q and dO (TMA, one
 //     thread) and the rows' LSE·log2e and Dsum (the warp's loads; a row past
 //     the sequence or with LSE = -inf gets +inf, so p = 0) into a ring of
 //     FB_STAGES stages; a stage is free again when all 256 consumer threads
@@ -2455,7 +2455,7 @@ KG_FA_SM90_ENTRY(256, bf16, 1)
 //     theirs (a lock per slab, acquire/release at GPU scope): one add per
 //     element per key block, in key-block order, so dQ is bitwise
 //     reproducible without a pass of its own.  setmaxnreg 40 / 232.  The
-//     walk (kg_fb_next) meets each query block at the same step in every
+//     walk (kg_fb_step) meets each query block at the same step in every
 //     key block, so a lock is normally free when reached.  The post kernel
 //     scales the slabs into dQ.  kgate zeroes the locks before each launch.
 // Techniques from FlashAttention-2 and -3 (Dao, arXiv 2307.08691; Shah et
@@ -2581,27 +2581,36 @@ __device__ static __forceinline__ void kg_fb_store(const float *acc, float mul, 
     }
 }
 
-// The walk of a dK/dV block over the query rows (both backward designs):
-// `nmb` blocks of FB_BM rows, from the one starting at row `last` down to
-// the one holding the block's first visible row, each met once per query
-// head of the group (g = 0 .. G-1: head hk·G + g).  Every key block of a
-// head meets a query block at the same step number whatever its causal
-// start, so the fused pass's ordered dQ sums (key block j after j - 1) do
-// not wait for a block that is behind.  kg_fb_next moves (g, i0) on one
-// step (no division: the producer warp has 24 registers).
-__device__ static __forceinline__ void kg_fb_next(int *g, int *i0, int G) {
-    if (++*g == G) *g = 0, *i0 -= FB_BM;
+// The walk of a dK/dV block over its query rows: step t of `steps` is
+// query head hk·G + *g, rows from *i0.  Two passes (FUSED = 0): each head
+// of the group in turn, its blocks of FB_BM rows from the first visible
+// row `istart` on (nq of them).  Fused: the blocks of FB_BM rows aligned to
+// FB_BM, from the one at row `last` down to the one holding istart (nq of
+// them), each met once per head; every key block of a head then meets a
+// query block at the same step number whatever its causal start, so the
+// ordered dQ sums (key block j after j - 1) do not wait for a block that
+// is behind.
+template <int FUSED>
+__device__ static __forceinline__ void kg_fb_step(int t, int G, int nq, int istart, int last, int *g, int *i0) {
+    if (FUSED) *g = t % G, *i0 = last - t / G * FB_BM;
+    else *g = t / nq, *i0 = istart + t % nq * FB_BM;
+}
+// The walk's query blocks per head: rows istart .. Sq - 1 (Sq > istart).
+template <int FUSED>
+__device__ static __forceinline__ int kg_fb_blocks(int istart, int Sq) {
+    if (Sq <= istart) return 0;
+    return FUSED ? (Sq - 1) / FB_BM - istart / FB_BM + 1 : (Sq - istart + FB_BM - 1) / FB_BM;
 }
 
 // The dK/dV producer warp: K and V once, then for each step of the walk
-// (kg_fb_next) the stage's Q, dO (lane 0, TMA)
-// and LSE·log2e, Dsum (every lane, then one arrival each).
-template <int D>
+// (kg_fb_step) the stage's Q, dO (lane 0, TMA) and LSE·log2e, Dsum (every
+// lane, then one arrival each).
+template <int D, int FUSED>
 __device__ static inline void kg_fb_dkdv_produce(const kg_tmap *tq, const kg_tmap *tdo, const kg_tmap *tk,
                                                  const kg_tmap *tv, const float *LSE, const float *Dsum,
                                                  float *stat, unsigned sk, unsigned sqd, unsigned kvbar,
                                                  unsigned full, unsigned empty, int lane, int hk, int G, int k0,
-                                                 int j0, int q0, int Sq, int Hq, int last, int nmb) {
+                                                 int j0, int q0, int Sq, int Hq, int istart, int last, int nq) {
     const int CH = D / 64, KVB = FB_KV_BYTES(D), QB = FB_Q_BYTES(D);
     const float ninf = kg_neg_inf();
     if (lane == 0) {
@@ -2611,9 +2620,11 @@ __device__ static inline void kg_fb_dkdv_produce(const kg_tmap *tq, const kg_tma
             kg_tma_load3(sk + KVB + c * FB_BN * 128, tv, 64 * c, hk, k0 + j0, kvbar);
         }
     }
-    int s = 0, g = 0, i0 = last;
+    int s = 0;
     unsigned phase = 0;
-    for (int t = 0; t < G * nmb; t++, kg_fb_next(&g, &i0, G)) {
+    for (int t = 0; t < G * nq; t++) {
+        int g, i0;
+        kg_fb_step<FUSED>(t, G, nq, istart, last, &g, &i0);
         const int h = hk * G + g;
         const unsigned q = sqd + 2 * s * QB;
         kg_bar_wait(empty + 8 * s, phase ^ 1);
@@ -2671,10 +2682,11 @@ __device__ static __forceinline__ void kg_fb_lock_write(int *p, int v) {
 // dispatch; FlashAttention-3's deterministic backward relies on the same).
 template <int D>
 __device__ static inline void kg_fb_dq_sum(float *acc, int *locks, unsigned sdq, unsigned dqfull, int lane, int j,
-                                           int slab0, int nslab, int G, int last, int steps) {
+                                           int slab0, int nslab, int G, int last, int nq) {
     if (lane != 0) return;
-    int g = 0, i0 = last;
-    for (int t = 0; t < steps; t++, kg_fb_next(&g, &i0, G)) {
+    for (int t = 0; t < G * nq; t++) {
+        int g, i0;
+        kg_fb_step<1>(t, G, nq, 0, last, &g, &i0);
         const int slab = slab0 + g * nslab + i0 / FB_BM;
         kg_bar_wait(dqfull, t & 1);
         float *dst = acc + (kg_i64)slab * FB_BM * D;
@@ -2789,8 +2801,8 @@ __device__ static inline void kg_fb_dkdv(const kg_tmap *tq, const kg_tmap *tdo, 
     const int j0 = (int)kg_bid_x() * FB_BN;
     if (j0 >= Sk) return;   // the whole block leaves, before any barrier
     const long long first = causal ? (long long)j0 - diag : 0;   // the first query row that sees key j0
-    const int istart = first < 0 ? 0 : first > Sq ? Sq : (int)first;
-    const int last = Sq > 0 ? (Sq - 1) / FB_BM * FB_BM : 0, nmb = Sq > istart ? last / FB_BM - istart / FB_BM + 1 : 0;
+    const int istart = first < 0 ? 0 : first > Sq ? Sq : (int)first, nq = kg_fb_blocks<FUSED>(istart, Sq);
+    const int last = Sq > 0 ? (Sq - 1) / FB_BM * FB_BM : 0;   // the fused walk's first block
     if (tid == 0) {
         kg_bar_init(kvbar, 1);
         for (int s = 0; s < FB_STAGES; s++) {
@@ -2808,11 +2820,11 @@ __device__ static inline void kg_fb_dkdv(const kg_tmap *tq, const kg_tmap *tdo, 
     if (wg == 0) {
         asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(FUSED ? 40 : 24));
         if (warp == 0)
-            kg_fb_dkdv_produce<D>(tq, tdo, tk, tv, LSE, Dsum, stat, sk, sqd, kvbar, full, empty, lane, hk, G, k0, j0,
-                                  q0, Sq, Hq, last, nmb);
+            kg_fb_dkdv_produce<D, FUSED>(tq, tdo, tk, tv, LSE, Dsum, stat, sk, sqd, kvbar, full, empty, lane, hk, G,
+                                         k0, j0, q0, Sq, Hq, istart, last, nq);
         else if (FUSED && warp == 1)
             kg_fb_dq_sum<D>(acc, locks, sdq, dqfull, lane, (int)kg_bid_x(), (int)kg_fb_slab(hk * G, nslab, q0, b, 0),
-                            nslab, G, last, G * nmb);
+                            nslab, G, last, nq);
         return;
     }
 
@@ -2827,8 +2839,9 @@ __device__ static inline void kg_fb_dkdv(const kg_tmap *tq, const kg_tmap *tdo, 
     const unsigned kc = sk + c * 64 * 128, vc = kc + KVB;   // this warpgroup's 64 keys of K and V
     int s = 0;
     unsigned phase = 0;
-    for (int t = 0; t < G * nmb; t++) {
-        const int i0 = last - t / G * FB_BM;   // the walk's (kg_fb_next's) first row at step t
+    for (int t = 0; t < G * nq; t++) {
+        int g, i0;
+        kg_fb_step<FUSED>(t, G, nq, istart, last, &g, &i0);
         const unsigned q = sqd + 2 * s * QB, dO = q + QB;
         const float *lse2 = stat + 2 * FB_BM * s, *dsum = lse2 + FB_BM;
         kg_bar_wait(full + 8 * s, phase);

@@ -1235,9 +1235,12 @@ if [ -x "$nvcc" ] && [ -x "$ptxas" ]; then
     sm90_trans_check "$tmp/k90_tnsp.ptx" | grep -q "^kg_gemm_sm90_tn_bf16: 1 wgmma without" \
         && ok "planted: a TN entry with one wgmma lacking its trans-a operand is named" \
         || bad "planted trans-a: not named: $(sm90_trans_check "$tmp/k90_tnsp.ptx")"
-    probs=$(sm90_ptx_check -DWG_CLUSTER=2 -DWG_STORE_V4=0)
-    [ -z "$probs" ] && ok "the knobs' other side (-D WG_CLUSTER=2 -D WG_STORE_V4=0) builds the same way: wgmma, no spill, no warning" \
-        || bad "sm_90a, WG_CLUSTER=2 WG_STORE_V4=0: $probs"
+    probs=$(sm90_ptx_check -DWG_CLUSTER=2 -DWG_STORE_V4=0 -DFB_FUSED=1 -DFB_DQ_ATOMIC=1)
+    [ -z "$probs" ] && ok "the knobs' other side (-D WG_CLUSTER=2 -D WG_STORE_V4=0 -D FB_FUSED=1 -D FB_DQ_ATOMIC=1) builds the same way: wgmma, no spill, no warning" \
+        || bad "sm_90a, WG_CLUSTER=2 WG_STORE_V4=0 FB_FUSED=1 FB_DQ_ATOMIC=1: $probs"
+    grep -q "kg_attn_bwd_fused_sm90_smem_d128" "$tmp/k90.ptx" && grep -q "cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32" "$tmp/k90.ptx" \
+        && ok "-D FB_FUSED=1: the build publishes the fused backward's shared memory, and its dQ warp adds with a TMA bulk reduce" \
+        || bad "-D FB_FUSED=1: no kg_attn_bwd_fused_sm90_smem_d128 or no bulk reduce in the PTX"
     grep -q "\.reqnctapercluster 2, 1, 1" "$tmp/k90.ptx" && grep -q "multicast::cluster" "$tmp/k90.ptx" \
         && ok "-D WG_CLUSTER=2: the entries ask for clusters of 2 and load with TMA multicast" \
         || bad "-D WG_CLUSTER=2: no .reqnctapercluster 2, 1, 1 or no multicast in the PTX"

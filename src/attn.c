@@ -304,6 +304,33 @@ static int attn_sm90_bwd_pick(const struct run *r)
     return arm->attn_bwd_smem[i][0] > 0 && arm->attn_bwd_smem[i][1] > 0 ? i : -1;
 }
 
+/* What every sm_90a backward kernel of an attention case is given: the
+ * tensor maps of Q and dO (boxes of q_rows tokens) and of K and V (k_rows),
+ * the outputs' buffers and the scalars, as kernel parameters point at
+ * them. */
+struct attn_bwd_args {
+    struct tmap tq, tdo, tk, tv;
+    uint64_t L, dQ, dK, dV;
+    int hq, hkv, d, causal;
+    float scale;
+};
+
+/* Fill x for case a with Q and dO in boxes of q_rows tokens, K and V in
+ * boxes of k_rows. */
+static void attn_bwd_args(struct run *r, struct attn_bwd_args *x, unsigned q_rows, unsigned k_rows)
+{
+    struct attn_case *a = r->attn;
+    enum dtype t = r->c->dt;
+    const struct attn_geom *g = &a->g;
+    *x = (struct attn_bwd_args){ .L = r->out[a->lse].buf, .dQ = r->out[a->dq_out].buf, .dK = r->out[a->dk_out].buf,
+                                 .dV = r->out[a->dv_out].buf, .hq = (int)g->hq, .hkv = (int)g->hkv, .d = (int)g->d,
+                                 .causal = g->causal, .scale = (float)g->scale };
+    attn_tmap(r->d, &x->tq, t, a->d_q, a->tq, g->hq, g->d, q_rows);
+    attn_tmap(r->d, &x->tdo, t, a->d_do, a->tq, g->hq, g->d, q_rows);
+    attn_tmap(r->d, &x->tk, t, a->d_k, a->tk, g->hkv, g->d, k_rows);
+    attn_tmap(r->d, &x->tv, t, a->d_v, a->tk, g->hkv, g->d, k_rows);
+}
+
 /* The fused backward of case a (head dim 128, the arm has it), after
  * kg_attn_bwd_pre_<dt> has written Dsum: the slabs' locks zeroed (the
  * slabs themselves when the arm adds in any order, -D FB_DQ_ATOMIC=1), then
@@ -319,28 +346,20 @@ static void attn_sm90_bwd_fused(struct run *r)
                                                 "kg_attn_bwd_dq_post_sm90_d128_bf16" };
     struct attn_case *a = r->attn;
     enum dtype t = r->c->dt;
-    const struct attn_geom *g = &a->g;
-    int hq = (int)g->hq, hkv = (int)g->hkv, d = (int)g->d, causal = g->causal;
-    float scale = (float)g->scale;
-    uint64_t L = r->out[a->lse].buf, dQ = r->out[a->dq_out].buf, dK = r->out[a->dk_out].buf,
-             dV = r->out[a->dv_out].buf;
-    struct tmap tq, tdo, tk, tv;
-    attn_tmap(r->d, &tq, t, a->d_q, a->tq, g->hq, g->d, ATTN_FB_ROWS);
-    attn_tmap(r->d, &tdo, t, a->d_do, a->tq, g->hq, g->d, ATTN_FB_ROWS);
-    attn_tmap(r->d, &tk, t, a->d_k, a->tk, g->hkv, g->d, 128);
-    attn_tmap(r->d, &tv, t, a->d_v, a->tk, g->hkv, g->d, 128);
+    struct attn_bwd_args x;
+    attn_bwd_args(r, &x, ATTN_FB_ROWS, 128);
     if (r->d->arm->attn_bwd_fused_atomic)
-        dev_fill(r->d, a->dq_slabs, 0, g->hq * (size_t)a->nslab * ATTN_FB_ROWS * 128 * sizeof(float));
+        dev_fill(r->d, a->dq_slabs, 0, a->g.hq * (size_t)a->nslab * ATTN_FB_ROWS * 128 * sizeof(float));
     else
-        dev_fill(r->d, a->dq_locks, 0, g->hq * (size_t)a->nslab * sizeof(int));
-    void *kp[] = { &tq,      &tdo, &tk,       &tv,       &L,  &a->dsum, &dK, &dV, &a->dq_slabs, &a->dq_locks,
-                   &a->nslab, &a->dcu_q, &a->dcu_k, &hq, &hkv, &d,  &scale, &causal };
-    struct launch_dims l = { { (unsigned)((a->max_sk + 127) / 128), (unsigned)hkv, (unsigned)g->b }, 384,
+        dev_fill(r->d, a->dq_locks, 0, a->g.hq * (size_t)a->nslab * sizeof(int));
+    void *kp[] = { &x.tq,       &x.tdo,    &x.tk,     &x.tv,  &x.L,    &a->dsum, &x.dK,      &x.dV, &a->dq_slabs,
+                   &a->dq_locks, &a->nslab, &a->dcu_q, &a->dcu_k, &x.hq, &x.hkv,   &x.d, &x.scale, &x.causal };
+    struct launch_dims l = { { (unsigned)((a->max_sk + 127) / 128), (unsigned)x.hkv, (unsigned)a->g.b }, 384,
                              (unsigned)r->d->arm->attn_bwd_fused_smem, 0 };
     gpu_launch_dims(r->d, fused[t], &l, kp);
-    void *pp[] = { &a->dq_slabs, &dQ, &a->dcu_q, &a->dcu_k, &hq, &d, &a->nslab, &scale, &causal };
-    gpu_launch(r->d, post[t], (unsigned)((a->max_sq + ATTN_FB_ROWS - 1) / ATTN_FB_ROWS), (unsigned)hq,
-               (unsigned)g->b, 256, pp);
+    void *pp[] = { &a->dq_slabs, &x.dQ, &a->dcu_q, &a->dcu_k, &x.hq, &x.d, &a->nslab, &x.scale, &x.causal };
+    gpu_launch(r->d, post[t], (unsigned)((a->max_sq + ATTN_FB_ROWS - 1) / ATTN_FB_ROWS), (unsigned)x.hq,
+               (unsigned)a->g.b, 256, pp);
 }
 
 /* The backward of case a through the sm_90a kernels (i from
@@ -368,26 +387,17 @@ static void attn_sm90_bwd(struct run *r, int i)
         return;
     }
     enum dtype t = r->c->dt;
-    const struct attn_geom *g = &a->g;
-    int hq = (int)g->hq, hkv = (int)g->hkv, d = (int)g->d, causal = g->causal;
-    float scale = (float)g->scale;
-    uint64_t L = r->out[a->lse].buf, dQ = r->out[a->dq_out].buf, dK = r->out[a->dk_out].buf,
-             dV = r->out[a->dv_out].buf;
-    struct tmap tq, tdo, tk, tv;
-    attn_tmap(r->d, &tq, t, a->d_q, a->tq, g->hq, g->d, (unsigned)arm->attn_bwd_bm);
-    attn_tmap(r->d, &tdo, t, a->d_do, a->tq, g->hq, g->d, (unsigned)arm->attn_bwd_bm);
-    attn_tmap(r->d, &tk, t, a->d_k, a->tk, g->hkv, g->d, 128);
-    attn_tmap(r->d, &tv, t, a->d_v, a->tk, g->hkv, g->d, 128);
-    void *kp[] = { &tq, &tdo, &tk, &tv, &L, &a->dsum, &dK, &dV, &a->dcu_q, &a->dcu_k, &hq, &hkv, &d, &scale, &causal };
-    struct launch_dims l = { { (unsigned)((a->max_sk + 127) / 128), (unsigned)hkv, (unsigned)g->b }, 384,
+    struct attn_bwd_args x;
+    attn_bwd_args(r, &x, (unsigned)arm->attn_bwd_bm, 128);
+    void *kp[] = { &x.tq,      &x.tdo,     &x.tk, &x.tv,  &x.L, &a->dsum, &x.dK,     &x.dV,
+                   &a->dcu_q, &a->dcu_k, &x.hq, &x.hkv, &x.d, &x.scale, &x.causal };
+    struct launch_dims l = { { (unsigned)((a->max_sk + 127) / 128), (unsigned)x.hkv, (unsigned)a->g.b }, 384,
                              (unsigned)arm->attn_bwd_smem[i][0], 0 };
     gpu_launch_dims(r->d, dkdv[i][t], &l, kp);
-    attn_tmap(r->d, &tq, t, a->d_q, a->tq, g->hq, g->d, 128);
-    attn_tmap(r->d, &tdo, t, a->d_do, a->tq, g->hq, g->d, 128);
-    attn_tmap(r->d, &tk, t, a->d_k, a->tk, g->hkv, g->d, (unsigned)arm->attn_bwd_dq_bn);
-    attn_tmap(r->d, &tv, t, a->d_v, a->tk, g->hkv, g->d, (unsigned)arm->attn_bwd_dq_bn);
-    void *qp[] = { &tq, &tdo, &tk, &tv, &L, &a->dsum, &dQ, &a->dcu_q, &a->dcu_k, &hq, &hkv, &d, &scale, &causal };
-    l = (struct launch_dims){ { (unsigned)((a->max_sq + 127) / 128), (unsigned)hq, (unsigned)g->b }, 384,
+    attn_bwd_args(r, &x, 128, (unsigned)arm->attn_bwd_dq_bn);
+    void *qp[] = { &x.tq, &x.tdo, &x.tk, &x.tv, &x.L, &a->dsum, &x.dQ, &a->dcu_q, &a->dcu_k, &x.hq, &x.hkv, &x.d,
+                   &x.scale, &x.causal };
+    l = (struct launch_dims){ { (unsigned)((a->max_sq + 127) / 128), (unsigned)x.hq, (unsigned)a->g.b }, 384,
                               (unsigned)arm->attn_bwd_smem[i][1], 0 };
     gpu_launch_dims(r->d, dq[i][t], &l, qp);
 }
