@@ -104,6 +104,13 @@ struct attn_case {
     int stats_ready;
 };
 
+/* The bytes of case a's dQ slabs for the fused sm_90a backward: Hq ·
+ * nslab slabs of ATTN_FB_ROWS x 128 floats. */
+static size_t attn_slab_bytes(const struct attn_case *a)
+{
+    return a->g.hq * (size_t)a->nslab * ATTN_FB_ROWS * 128 * sizeof(float);
+}
+
 #define ATTN_Q_GAIN 8.0f   /* Q's scale: scores with a spread of ~2.7, a peaked softmax */
 #define ATTN_DO_GAIN 16.0f  /* dO's scale: gradients well above the bf16/f16 atol */
 #define ATTN_Q_GAIN_SCALED 32.0f   /* scaled inputs: Q's scale; logits up to |s| ~ 30 (uniform: ~14) */
@@ -181,7 +188,7 @@ static void attn_prepare(struct run *r)
     a->dsum = run_dev(r, a->tq * hq * sizeof(float) + 4);
     if (r->d->kind != DEV_CPU && d > 64 && d <= 128) {   /* made before any launch: a graph may capture the first */
         a->nslab = (int)(a->tq / ATTN_FB_ROWS + B + 1);
-        a->dq_slabs = run_dev(r, hq * (size_t)a->nslab * ATTN_FB_ROWS * 128 * sizeof(float));
+        a->dq_slabs = run_dev(r, attn_slab_bytes(a));
         a->dq_locks = run_dev(r, hq * (size_t)a->nslab * sizeof(int));
     }
     o = run_output(r, "dQ", t, a->tq, hq * d, (int64_t)(hq * d), 1);
@@ -287,6 +294,14 @@ static void attn_sm90_fwd(struct run *r, int i)
     gpu_launch_dims(r->d, names[i][t], &l, params);
 }
 
+/* Whether the current arm runs case a's backward through the fused sm_90a
+ * pass: it has one, and the case is a GPU one at head dim 65 .. 128 (its
+ * slabs were made). */
+static int attn_fused_bwd(const struct run *r)
+{
+    return r->d->arm->attn_bwd_fused_smem > 0 && r->attn->dq_slabs;
+}
+
 /* Which sm_90a backward runs case a on the current arm: 0 (head dim 64)
  * or 1 (128) for the smallest that holds d, when the arm has both passes
  * of it (or, at 128, the fused pass) and TMA can read Q, K, V and dO (as
@@ -300,7 +315,7 @@ static int attn_sm90_bwd_pick(const struct run *r)
         r->out[a->dk_out].buf % 4 || r->out[a->dv_out].buf % 4)
         return -1;
     int i = d <= 64 ? 0 : 1;
-    if (i == 1 && arm->attn_bwd_fused_smem > 0 && a->dq_slabs) return 1;
+    if (i == 1 && attn_fused_bwd(r)) return 1;
     return arm->attn_bwd_smem[i][0] > 0 && arm->attn_bwd_smem[i][1] > 0 ? i : -1;
 }
 
@@ -349,7 +364,7 @@ static void attn_sm90_bwd_fused(struct run *r)
     struct attn_bwd_args x;
     attn_bwd_args(r, &x, ATTN_FB_ROWS, 128);
     if (r->d->arm->attn_bwd_fused_atomic)
-        dev_fill(r->d, a->dq_slabs, 0, a->g.hq * (size_t)a->nslab * ATTN_FB_ROWS * 128 * sizeof(float));
+        dev_fill(r->d, a->dq_slabs, 0, attn_slab_bytes(a));
     else
         dev_fill(r->d, a->dq_locks, 0, a->g.hq * (size_t)a->nslab * sizeof(int));
     void *kp[] = { &x.tq,       &x.tdo,    &x.tk,     &x.tv,  &x.L,    &a->dsum, &x.dK,      &x.dV, &a->dq_slabs,
@@ -382,7 +397,7 @@ static void attn_sm90_bwd(struct run *r, int i)
     };
     struct attn_case *a = r->attn;
     const struct arm *arm = r->d->arm;
-    if (i == 1 && arm->attn_bwd_fused_smem > 0 && a->dq_slabs) {
+    if (i == 1 && attn_fused_bwd(r)) {
         attn_sm90_bwd_fused(r);
         return;
     }

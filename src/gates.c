@@ -870,6 +870,21 @@ static void gate_output(struct run *r, int o, struct result *res, unsigned char 
     free(own);
 }
 
+/* The elements of output p whose bytes differ between raw storages a and
+ * b (guard bands not counted), and the first of them, in row-major order,
+ * at (*row, *col). */
+static size_t gate_differing(const struct output *p, const unsigned char *a, const unsigned char *b, size_t *row,
+                             size_t *col)
+{
+    size_t es = DTYPES[p->dt].bytes, n = 0;
+    for (size_t i = 0; i < p->rows; i++)
+        for (size_t j = 0; j < p->cols; j++) {
+            size_t at = p->guard + (size_t)((int64_t)i * p->srow + (int64_t)j * p->scol) * es;
+            if (memcmp(a + at, b + at, es) != 0 && !n++) *row = i, *col = j;
+        }
+    return n;
+}
+
 /* Compare output p's storage from a graph's replay (graph) with an eager
  * run's (eager) into x: the elements and guard-band bytes that differ, and
  * the first differing element. */
@@ -877,18 +892,13 @@ static void gate_graph_compare(const struct output *p, const unsigned char *grap
                                struct graphcheck *x)
 {
     size_t es = DTYPES[p->dt].bytes, end = p->guard + p->elems * es;
-    x->compared = 1, x->differ = x->guard_differ = 0;
+    x->compared = 1, x->guard_differ = 0;
     for (size_t i = 0; i < p->guard; i++)
         x->guard_differ += (graph[i] != eager[i]) + (graph[end + i] != eager[end + i]);
-    for (size_t i = 0; i < p->rows; i++)
-        for (size_t j = 0; j < p->cols; j++) {
-            size_t e = (size_t)((int64_t)i * p->srow + (int64_t)j * p->scol);
-            if (memcmp(graph + p->guard + e * es, eager + p->guard + e * es, es) == 0) continue;
-            if (!x->differ++) {
-                x->row = i, x->col = j;
-                x->graph_v = dt_load(p->dt, graph + p->guard, e), x->eager_v = dt_load(p->dt, eager + p->guard, e);
-            }
-        }
+    x->differ = gate_differing(p, graph, eager, &x->row, &x->col);
+    if (!x->differ) return;
+    size_t e = (size_t)((int64_t)x->row * p->srow + (int64_t)x->col * p->scol);
+    x->graph_v = dt_load(p->dt, graph + p->guard, e), x->eager_v = dt_load(p->dt, eager + p->guard, e);
 }
 
 /* The first element where two raw storages of output o differ, as (row,
@@ -898,15 +908,11 @@ static int gate_first_difference(const struct output *p, const unsigned char *a,
 {
     size_t es = DTYPES[p->dt].bytes;
     if (memcmp(a, b, p->elems * es + 2 * p->guard) == 0) return 0;
-    for (size_t i = 0; i < p->rows; i++)
-        for (size_t j = 0; j < p->cols; j++) {
-            size_t at = p->guard + (size_t)((int64_t)i * p->srow + (int64_t)j * p->scol) * es;
-            if (memcmp(a + at, b + at, es) == 0) continue;
-            rep->diff_row = i, rep->diff_col = j;
-            rep->first = dt_load(p->dt, a + p->guard, (at - p->guard) / es);
-            rep->other = dt_load(p->dt, b + p->guard, (at - p->guard) / es);
-            return 1;
-        }
-    rep->diff_row = rep->diff_col = SIZE_MAX;   /* the guard bands differ */
+    if (!gate_differing(p, a, b, &rep->diff_row, &rep->diff_col)) {
+        rep->diff_row = rep->diff_col = SIZE_MAX;   /* the guard bands differ */
+        return 1;
+    }
+    size_t e = (size_t)((int64_t)rep->diff_row * p->srow + (int64_t)rep->diff_col * p->scol);
+    rep->first = dt_load(p->dt, a + p->guard, e), rep->other = dt_load(p->dt, b + p->guard, e);
     return 1;
 }
