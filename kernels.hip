@@ -25,6 +25,7 @@
 // sm_90a only (Hopper: wgmma, TMA, mbarrier; optional in a --kernels file):
 //   kg_gemm_sm90_{f16,bf16}            persistent GEMM and grouped GEMM, K-major operands
 //   kg_qgemm_sm90_{e4m3,e5m2}_bf16     the same for fp8 with per-tensor or per-row scales
+//   kg_qgemm_sm90_blk_{e4m3,e5m2}_bf16 the same with blockwise scales (1 x 128 of A, 128 x 128 of B)
 //   kg_pack_rows                       copies an operand TMA cannot read into 16-byte rows
 
 // ===== Prelude: the few names that differ between compilers =====
@@ -572,6 +573,8 @@ kg_gemm_f32(const float *X, const float *Y, float *C, int M, int N, int K, kg_i6
 //   kg_qgemm_sm90_{e4m3,e5m2}_bf16 C = (A·B^T) x sa[m] x sb[n] as
 //                                  kg_qgemm_bf16 / kg_qgrouped_bf16 when the
 //                                  scales have one block along K
+//   kg_qgemm_sm90_blk_{e4m3,e5m2}_bf16  the same with one scale per 128 of K
+//                                  (blockwise: 1 x 128 of A, 128 x 128 of B)
 // Layouts, in the letters of kgate's --layout for C = X·Y (X is M x K, Y is
 // K x N): X stored N = [M][K] (K-major) or T = [K][M] (MN-major); Y stored
 // T = [N][K] (K-major) or N = [K][N] (MN-major).  ldx is the row stride of
@@ -694,6 +697,10 @@ extern "C" __device__ int kg_gemm_sm90_pack = !WG_NO_PACK;
 // 1: the entries of every layout (kg_gemm_sm90_{nn,tn,tt}_<dt>, MN-major
 // operands) exist; 0 or absent: only kg_gemm_sm90_<dt> (NT, both K-major).
 extern "C" __device__ int kg_gemm_sm90_layouts = 1;
+// The K of a scale block that the blockwise fp8 entries
+// (kg_qgemm_sm90_blk_{e4m3,e5m2}_bf16) take, one stage of 128 fp8 elements;
+// 0 or absent: blockwise scales run on the portable kernel.
+extern "C" __device__ int kg_qgemm_sm90_block = WG_ROW;
 
 // A TMA descriptor (CUtensorMap): 128 opaque bytes built on the host.
 struct __align__(64) kg_tmap { unsigned long long v[16]; };
@@ -872,7 +879,12 @@ KG_WG_MMA8(kg_wgmma_n64_e5m2, 64, "e5m2", KG_WG_D32, KG_WG_F32(d), "32", "33", "
 // stage's 128 k are accumulated in a partial of WG_BN/2 columns (wgmma
 // m64n(WG_BN/2)k32, two halves) and added to the fp32 accumulators
 // (DeepGEMM's promotion): 79 dB there, still short of the portable arm's
-// fp32 sums, so the fp8 entries store bf16 only.  PRODUCER / CONSUMER: the
+// fp32 sums, so the fp8 entries store bf16 only.  Blockwise scales (SK)
+// fall on the same 128 k: each stage's partial is added times its scales
+// (fma), the epilogue then scales nothing.  Each consumer waits for its own
+// wgmma before adding (making the two consumers take turns at issuing, so
+// that one adds while the other's wgmma runs, measured slower: README,
+// the variants ledger).  PRODUCER / CONSUMER: the
 // setmaxnreg split; the block holds 168 x 384 registers (__launch_bounds__(
 // 384, 1)), and a split that asks for more makes setmaxnreg.inc wait forever.
 #define KG_WG_IN16(name, t)                                                                        \
@@ -1135,6 +1147,35 @@ __device__ static inline void kg_wg_zero_tail(unsigned sx, unsigned sy, int kv, 
     asm volatile("bar.sync 1, 256;" ::: "memory");
 }
 
+// Blockwise scales (1 x 128 of X, grb x 128 of Y^T; kg_qgemm_sm90_blk_*),
+// this thread's share in a tile: the scale rows (nkb scales each, one per
+// K block) of its tile rows r and r + 8, sa + (m / gra) x nkb, and of the
+// tile's two column halves, sb + g x sbg + (n / grb) x nkb.  A row past the
+// group's rows or a half past N takes the last one's (in range, never
+// stored).  A half lies inside one block of Y^T's rows: the host checks
+// that WG_BN/2 divides grb.
+struct kg_wg_scale_rows { const float *a[2], *b[2]; };
+__device__ static inline kg_wg_scale_rows kg_wg_scale_rows_at(const kg_wg_at &at, int r, int N, int nkb,
+                                                              const float *sa, const float *sb, int gra, int grb,
+                                                              int sbg) {
+    kg_wg_scale_rows s;
+#pragma unroll
+    for (int e = 0; e < 2; e++) {
+        const int m = min(at.m0 + r + 8 * e, at.m_end - 1);
+        s.a[e] = sa + (kg_i64)(m / gra) * nkb;
+    }
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        const int n = min(at.n0 + h * (WG_BN / 2), N - 1);
+        s.b[h] = sb + (kg_i64)at.g * sbg + (kg_i64)(n / grb) * nkb;
+    }
+    return s;
+}
+// The scales of K block kb: v[0..1] the rows', v[2..3] the halves'.
+__device__ static inline void kg_wg_scales_load(float v[4], const kg_wg_scale_rows &s, int kb) {
+    v[0] = s.a[0][kb], v[1] = s.a[1][kb], v[2] = s.b[0][kb], v[3] = s.b[1][kb];
+}
+
 // wgmma descriptor of k16 step kk of the operand tile at `tile` (one
 // consumer's 64 rows of X, or Y^T's WG_BN rows): K-major (T = 0) 32 bytes
 // on per step; MN-major (T = 1) 16 K rows (2 KiB) on per step, the next 64
@@ -1227,8 +1268,11 @@ __device__ static __forceinline__ void kg_wg_store_v4(const float *d, const kg_w
 // and Y (see "Layouts").  RK: the ragged inner dimension (kg_wg_locate;
 // TX = TY = 1): X^T and Y are single [sum of the groups' rows][M] and [..][N]
 // tensors (syg = 0), group g's M x N output at C + g x scg.  Scales (sa
-// non-null): C(m, n) = acc x (sa[m / gra] x sb[g*sbg + n / grb]).
-template <class In, class Out, int TX, int TY, int RK>
+// non-null): C(m, n) = acc x (sa[m / gra] x sb[g*sbg + n / grb]); SK (fp8
+// only): one scale per 128 of K, C(m, n) = sum over K blocks kb of P_kb x
+// (sa[(m / gra) x nkb + kb] x sb[g*sbg + (n / grb) x nkb + kb]), each
+// stage's partial P_kb times its scales as it is added (kg_wg_scale_rows).
+template <class In, class Out, int TX, int TY, int RK, int SK = 0>
 __device__ static inline void kg_gemm_sm90(const kg_tmap *ta, const kg_tmap *tb, int use_tma,
                                            const unsigned char *X, const unsigned char *Y,
                                            typename Out::S *C, const int *offs, int G, int units, int M,
@@ -1236,6 +1280,7 @@ __device__ static inline void kg_gemm_sm90(const kg_tmap *ta, const kg_tmap *tb,
                                            kg_i64 scn, kg_i64 scg, const float *sa, const float *sb, int gra,
                                            int grb, int sbg) {
     static_assert(!RK || (TX && TY), "a ragged inner dimension is read MN-major");
+    static_assert(!SK || In::PROMOTE, "per-stage scales are applied as the fp8 partials are added");
     extern __shared__ unsigned char kg_dsmem[];
     const unsigned base = (kg_smem_addr(kg_dsmem) + 1023u) & ~1023u;
     const unsigned bars = base + WG_STAGES * WG_STAGE_BYTES;   // full[s], then empty[s]
@@ -1313,8 +1358,23 @@ __device__ static inline void kg_gemm_sm90(const kg_tmap *ta, const kg_tmap *tb,
 #pragma unroll
         for (int i = 0; i < WG_BN / 2; i++) d[i] = 0.0f;
         int prev = -1;   // the stage whose wgmma may still be in flight
+        // SK: the scales are loaded a stage ahead (nxt), so that their latency hides under one stage
+        kg_wg_scale_rows rows;
+        float nxt[4];
+        if (SK) {
+            rows = kg_wg_scale_rows_at(at, c * 64 + warp * 16 + lane / 4, N, nk, sa, sb, gra, grb, sbg);
+            if (nk > 0) kg_wg_scales_load(nxt, rows, 0);
+        }
         for (int kb = 0; kb < nk; kb++) {
             const unsigned sx = base + s * WG_STAGE_BYTES + c * 64 * 128, sy = base + s * WG_STAGE_BYTES + WG_A_BYTES;
+            float t[2][2];   // SK: this stage's scales, t[half][row half]
+            if (SK) {
+#pragma unroll
+                for (int h = 0; h < 2; h++)
+#pragma unroll
+                    for (int e = 0; e < 2; e++) t[h][e] = nxt[e] * nxt[2 + h];
+                if (kb + 1 < nk) kg_wg_scales_load(nxt, rows, kb + 1);
+            }
             kg_bar_wait(bars + 8 * s, phase);
             if (RK && at.k1 - at.k0 - kb * BK < BK) kg_wg_zero_tail(sx, sy, at.k1 - at.k0 - kb * BK, c, tid % 128);
             if (In::PROMOTE) {   // the stage in two column halves, each through `part`
@@ -1329,7 +1389,11 @@ __device__ static inline void kg_gemm_sm90(const kg_tmap *ta, const kg_tmap *tb,
                     kg_wg_wait<0>();
                     kg_wg_touch<In::PROMOTE ? WG_BN / 4 : 1>(part);
 #pragma unroll
-                    for (int i = 0; i < (In::PROMOTE ? WG_BN / 4 : 0); i++) d[h * (WG_BN / 4) + i] += part[i];
+                    for (int i = 0; i < (In::PROMOTE ? WG_BN / 4 : 0); i++) {
+                        float &acc = d[h * (WG_BN / 4) + i];
+                        if (SK) acc = kg_fma(part[i], t[h][(i >> 1) & 1], acc);
+                        else acc += part[i];
+                    }
                 }
                 kg_wg_release(bars + 8 * (WG_STAGES + s), lane);
                 if (++s == WG_STAGES) s = 0, phase ^= 1;
@@ -1357,10 +1421,11 @@ __device__ static inline void kg_gemm_sm90(const kg_tmap *ta, const kg_tmap *tb,
         // fp8 keeps the pairs: the 16-byte stores made it 8% slower on the H200
         // (kgate compare, e4m3 8192^3), while fp16/bf16 gained 4-8%.
         typename Out::S *Cg = RK ? C + (kg_i64)at.g * scg : C;
+        const float *esa = SK ? nullptr : sa;   // SK: the scales are in the sums already
         if (WG_STORE_V4 && !In::PROMOTE)
-            kg_wg_store_v4<Out>(d, at, Cg, N, scm, scn, sa, sb, gra, grb, sbg, c * 64 + warp * 16, lane);
+            kg_wg_store_v4<Out>(d, at, Cg, N, scm, scn, esa, sb, gra, grb, sbg, c * 64 + warp * 16, lane);
         else
-            kg_wg_store_pairs<Out>(d, at, Cg, N, scm, scn, sa, sb, gra, grb, sbg, c * 64 + warp * 16, lane);
+            kg_wg_store_pairs<Out>(d, at, Cg, N, scm, scn, esa, sb, gra, grb, sbg, c * 64 + warp * 16, lane);
     }
 }
 #if WG_CLUSTER > 1
@@ -1390,15 +1455,19 @@ __device__ static inline void kg_gemm_sm90(const kg_tmap *ta, const kg_tmap *tb,
                                        (const unsigned char *)Y, C, offs, G, units, M, N, 0, ldx,    \
                                        ldy, 0, scm, scn, scg, 0, 0, 1, 1, 0);                        \
     }
-#define KG_QGEMM_SM90_ENTRY(name, In, Out)                                                           \
+// SK = 0: one scale per row block along all of K (per tensor, per row),
+// applied in the epilogue; SK = 1: blockwise, one per 128 of K (the sbg of
+// a group's Y^T scales: its row blocks x K blocks).
+#define KG_QGEMM_SM90_ENTRY(name, In, Out, SK)                                                       \
     KG_ATOMICS(name, 0)                                                                              \
     extern "C" __global__ void __launch_bounds__(WG_THREADS, 1) KG_WG_CLUSTER_DIMS                  \
     name(const __grid_constant__ kg_tmap ta, const __grid_constant__ kg_tmap tb, int use_tma,        \
          const unsigned char *A, const unsigned char *B, const float *SA, const float *SB,           \
          Out::S *C, const int *offs, int G, int units, int M, int N, int K, int gra, int grb)        \
     {                                                                                                \
-        kg_gemm_sm90<In, Out, 0, 0, 0>(&ta, &tb, use_tma, A, B, C, offs, G, units, M, N, K, K, K,    \
-                              (kg_i64)N * K, N, 1, 0, SA, SB, gra, grb, (N + grb - 1) / grb);        \
+        const int sbg = (N + grb - 1) / grb * (SK ? (K + WG_ROW - 1) / WG_ROW : 1);                 \
+        kg_gemm_sm90<In, Out, 0, 0, 0, SK>(&ta, &tb, use_tma, A, B, C, offs, G, units, M, N, K, K, K, \
+                                           (kg_i64)N * K, N, 1, 0, SA, SB, gra, grb, sbg);           \
     }
 
 KG_GEMM_SM90_ENTRY(kg_gemm_sm90_f16, kg_wg_f16, kg_f16, 0, 0)
@@ -1411,8 +1480,10 @@ KG_GEMM_SM90_ENTRY(kg_gemm_sm90_tt_f16, kg_wg_f16, kg_f16, 1, 0)
 KG_GEMM_SM90_ENTRY(kg_gemm_sm90_tt_bf16, kg_wg_bf16, kg_bf16, 1, 0)
 KG_WGRAD_SM90_ENTRY(kg_gemm_sm90_wgrad_f16, kg_wg_f16, kg_f16)
 KG_WGRAD_SM90_ENTRY(kg_gemm_sm90_wgrad_bf16, kg_wg_bf16, kg_bf16)
-KG_QGEMM_SM90_ENTRY(kg_qgemm_sm90_e4m3_bf16, kg_wg_e4m3, kg_bf16)
-KG_QGEMM_SM90_ENTRY(kg_qgemm_sm90_e5m2_bf16, kg_wg_e5m2, kg_bf16)
+KG_QGEMM_SM90_ENTRY(kg_qgemm_sm90_e4m3_bf16, kg_wg_e4m3, kg_bf16, 0)
+KG_QGEMM_SM90_ENTRY(kg_qgemm_sm90_e5m2_bf16, kg_wg_e5m2, kg_bf16, 0)
+KG_QGEMM_SM90_ENTRY(kg_qgemm_sm90_blk_e4m3_bf16, kg_wg_e4m3, kg_bf16, 1)
+KG_QGEMM_SM90_ENTRY(kg_qgemm_sm90_blk_e5m2_bf16, kg_wg_e5m2, kg_bf16, 1)
 
 // Pack rows for TMA: `rows` rows of `cols` elements of eb bytes (1 or 2)
 // into dst, `dld` bytes apart (a multiple of 16); the bytes of a row past

@@ -1190,7 +1190,7 @@ echo "== sm_90a fast paths: wgmma in kernels.hip's sm_90a build (no GPU)"
 # spill and no warning.
 FAST90="kg_gemm_sm90_bf16 kg_gemm_sm90_f16 kg_gemm_sm90_nn_bf16 kg_gemm_sm90_nn_f16 kg_gemm_sm90_tn_bf16
         kg_gemm_sm90_tn_f16 kg_gemm_sm90_tt_bf16 kg_gemm_sm90_tt_f16 kg_gemm_sm90_wgrad_bf16 kg_gemm_sm90_wgrad_f16
-        kg_qgemm_sm90_e4m3_bf16 kg_qgemm_sm90_e5m2_bf16
+        kg_qgemm_sm90_e4m3_bf16 kg_qgemm_sm90_e5m2_bf16 kg_qgemm_sm90_blk_e4m3_bf16 kg_qgemm_sm90_blk_e5m2_bf16
         kg_attn_fwd_sm90_d64_bf16 kg_attn_fwd_sm90_d128_bf16 kg_attn_fwd_sm90_d256_bf16
         kg_attn_fwd_sm90_d64_f16 kg_attn_fwd_sm90_d128_f16 kg_attn_fwd_sm90_d256_f16
         kg_attn_bwd_dkdv_sm90_d64_bf16 kg_attn_bwd_dkdv_sm90_d128_bf16 kg_attn_bwd_dkdv_sm90_d64_f16

@@ -106,12 +106,18 @@ def scaled_mm_blockwise(m, n, k):
     return lambda: torch._scaled_mm(a, b.t(), scale_a=sa, scale_b=sb, out_dtype=torch.bfloat16)
 
 
-def scaled_mm_grouped_loop(rows, n, k):
-    """The grouped e4m3 NT GEMM with per-tensor scales as a loop of
-    torch._scaled_mm, one per non-empty group."""
+def scaled_mm_grouped_loop(rows, n, k, block=False):
+    """The grouped e4m3 NT GEMM as a loop of torch._scaled_mm, one per
+    non-empty group: per-tensor scales, or with block=True DeepSeek-V3's
+    (scaled_mm_blockwise's layout, per group; raises where refused)."""
     a = torch.randn(sum(rows), k, device="cuda").to(torch.float8_e4m3fn)
     b = torch.randn(len(rows), n, k, device="cuda").to(torch.float8_e4m3fn)
-    sa, sb = torch.tensor(0.5, device="cuda"), torch.tensor(0.25, device="cuda")
+    if block:
+        sa = [(torch.rand(k // 128, r, device="cuda") + 0.5).t() for r in rows]
+        sb = [(torch.rand(k // 128, n // 128, device="cuda") + 0.5).t() for _ in rows]
+    else:
+        sa = [torch.tensor(0.5, device="cuda")] * len(rows)
+        sb = [torch.tensor(0.25, device="cuda")] * len(rows)
     cut = [0]
     for r in rows:
         cut.append(cut[-1] + r)
@@ -120,8 +126,9 @@ def scaled_mm_grouped_loop(rows, n, k):
     def loop():
         for g in range(len(rows)):
             if cut[g + 1] > cut[g]:
-                out[cut[g]:cut[g + 1]] = torch._scaled_mm(a[cut[g]:cut[g + 1]], b[g].t(), scale_a=sa, scale_b=sb,
-                                                          out_dtype=torch.bfloat16)
+                out[cut[g]:cut[g + 1]] = torch._scaled_mm(a[cut[g]:cut[g + 1]], b[g].t(), scale_a=sa[g],
+                                                          scale_b=sb[g], out_dtype=torch.bfloat16)
+    loop()   # raises here if this PyTorch refuses the mode
     return loop
 
 
@@ -264,7 +271,10 @@ CASES = [(n, a, f, [("vendor", b)], None) for n, a, f, b in CASES] + [
       ("_scaled_mm per tensor", lambda: scaled_mm_nt(8192, 8192, 8192))], None),
     ("grouped e4m3 tensor 8x2048 4096x4096", "grouped --dtype e4m3 --scaling tensor --layout NT --groups "
      + ",".join(["2048"] * 8) + " --shape 4096x4096", 2 * 8 * 2048 * 4096 * 4096,
-     [("_scaled_mm loop", lambda: scaled_mm_grouped_loop([2048] * 8, 4096, 4096))], None)] + [
+     [("_scaled_mm loop", lambda: scaled_mm_grouped_loop([2048] * 8, 4096, 4096))], None),
+    ("grouped e4m3 block 8x2048 4096x4096", "grouped --dtype e4m3 --scaling block --layout NT --groups "
+     + ",".join(["2048"] * 8) + " --shape 4096x4096", 2 * 8 * 2048 * 4096 * 4096,
+     [("_scaled_mm blockwise loop", lambda: scaled_mm_grouped_loop([2048] * 8, 4096, 4096, block=True))], None)] + [
     grouped_bwd_case(name, rows, n, k, part) for name, rows, n, k in (
         ("grouped bf16 8x2048 4096x4096", [2048] * 8, 4096, 4096),
         ("grouped bf16 DSV3-like 7168->4096", DSV3, 4096, 7168)) for part in ("dA", "dB")] + [

@@ -357,6 +357,7 @@ struct arm {
     int sm90_cluster;             /* its blocks per cluster (1 or 2) */
     int sm90_pack;                /* 1: operands TMA cannot read are packed first (kg_pack_rows) */
     int sm90_layouts;             /* 1: it has every layout's entry (kg_gemm_sm90_{nn,tn,tt}_<dt>) */
+    int sm90_qblock;              /* kg_qgemm_sm90_block: the K of a scale block kg_qgemm_sm90_blk_* take (0: none) */
     int attn_sm90_smem[3];        /* kg_attn_sm90_smem_d{64,128,256}: > 0 = it has that sm_90a attention forward */
     int attn_bwd_smem[2][2];      /* [d64, d128][dK/dV, dQ]: kg_attn_bwd_sm90_smem_d<D>, kg_attn_bwd_dq_sm90_smem_d<D> */
     int attn_bwd_bm, attn_bwd_dq_bn;  /* the sm_90a backward's boxes: dK/dV's query rows, dQ's keys (64 or 128) */
@@ -431,7 +432,7 @@ static void arm_read_attn_bwd(struct device *d, struct arm *a)
 static void arm_build(struct device *d, struct arm *a)
 {
     a->tile_m = a->tile_n = a->f32_tile_m = a->f32_tile_n = 64;
-    a->sm90_smem = 0;
+    a->sm90_smem = a->sm90_qblock = 0;
     memset(a->attn_sm90_smem, 0, sizeof a->attn_sm90_smem);
     memset(a->attn_bwd_smem, 0, sizeof a->attn_bwd_smem);
     a->attn_bwd_fused_smem = 0;
@@ -463,6 +464,10 @@ static void arm_build(struct device *d, struct arm *a)
         die(EXIT_DEVICE, "%s publishes every layout's sm_90a GEMM with a tile of %d columns in clusters of %d (MN-major "
             "operands load 64 columns a box: want a multiple of 64 per block)", a->src_name, a->sm90_tile_n,
             a->sm90_cluster);
+    a->sm90_qblock = a->sm90_smem ? module_int(d, "kg_qgemm_sm90", "_block", 0) : 0;
+    if (a->sm90_qblock != 0 && a->sm90_qblock != 128)
+        die(EXIT_DEVICE, "%s publishes blockwise sm_90a fp8 entries for scale blocks of %d along K (want 128, one "
+            "stage of fp8)", a->src_name, a->sm90_qblock);
     static const char *const attn_smem[3] = { "_smem_d64", "_smem_d128", "_smem_d256" };
     for (int i = 0; i < 3; i++) {
         a->attn_sm90_smem[i] = module_int(d, "kg_attn_sm90", attn_smem[i], 0);
