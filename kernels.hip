@@ -633,7 +633,7 @@ kg_gemm_f32(const float *X, const float *Y, float *C, int M, int N, int K, kg_i6
 #endif
 
 #ifndef WG_BN
-#define WG_BN 256                           // 128 or 256: the wgmma N
+#define WG_BN 256                           // 128, 192 or 256: the wgmma N
 #endif
 #ifndef WG_STAGES
 #define WG_STAGES 4
@@ -662,6 +662,9 @@ kg_gemm_f32(const float *X, const float *Y, float *C, int M, int N, int K, kg_i6
 #ifndef WG_NO_PACK
 #define WG_NO_PACK 0                        // 1: odd strides through the loads producer, not packed for TMA
 #endif
+#ifndef WG_QPIPE
+#define WG_QPIPE 0                          // fp8: 1 = each half's promotion under the other half's wgmma (WG_BN <= 192)
+#endif
 #define WG_BM 128                           // two consumer warpgroups x 64 rows
 #define WG_ROW 128                          // bytes of K per stage row: one 128-byte swizzle row
 #define WG_THREADS 384
@@ -671,8 +674,8 @@ kg_gemm_f32(const float *X, const float *Y, float *C, int M, int N, int K, kg_i6
 // Dynamic shared memory: the stages, 1 KiB to align them to the swizzle
 // pattern, and the 2 x WG_STAGES mbarriers.
 #define WG_SMEM (WG_STAGES * WG_STAGE_BYTES + 1024 + 16 * WG_STAGES)
-#if WG_BN != 128 && WG_BN != 256
-#error "WG_BN must be 128 or 256"
+#if WG_BN != 128 && WG_BN != 192 && WG_BN != 256
+#error "WG_BN must be 128, 192 or 256"
 #endif
 #if WG_CLUSTER != 1 && WG_CLUSTER != 2
 #error "WG_CLUSTER must be 1 or 2"
@@ -821,24 +824,26 @@ __device__ static inline void kg_wg_release(unsigned empty, int lane) {
         if (r != me) kg_bar_arrive_at(empty, r);
 }
 
-// The 32, 64 or 128 accumulator operands of one wgmma (N = 64, 128 or 256, fp32).
+// The 32, 48, 64, 96 or 128 accumulator operands of one wgmma (N = 64, 96,
+// 128, 192 or 256, fp32).
 #define KG_WG_D32                                                                     \
     "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"                          \
     "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31"
-#define KG_WG_D64                                                                     \
-    KG_WG_D32 ",%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,"                \
-    "%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63"
-#define KG_WG_D128                                                                    \
+#define KG_WG_D48 KG_WG_D32 ",%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47"
+#define KG_WG_D64 KG_WG_D48 ",%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63"
+#define KG_WG_D96                                                                     \
     KG_WG_D64 ",%64,%65,%66,%67,%68,%69,%70,%71,%72,%73,%74,%75,%76,%77,%78,%79,"     \
-    "%80,%81,%82,%83,%84,%85,%86,%87,%88,%89,%90,%91,%92,%93,%94,%95,"                \
-    "%96,%97,%98,%99,%100,%101,%102,%103,%104,%105,%106,%107,%108,%109,%110,%111,"    \
+    "%80,%81,%82,%83,%84,%85,%86,%87,%88,%89,%90,%91,%92,%93,%94,%95"
+#define KG_WG_D128                                                                    \
+    KG_WG_D96 ",%96,%97,%98,%99,%100,%101,%102,%103,%104,%105,%106,%107,%108,%109,%110,%111," \
     "%112,%113,%114,%115,%116,%117,%118,%119,%120,%121,%122,%123,%124,%125,%126,%127"
 #define KG_WG_F8(d, i) "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), \
                        "+f"(d[i + 4]), "+f"(d[i + 5]), "+f"(d[i + 6]), "+f"(d[i + 7])
 #define KG_WG_F32(d) KG_WG_F8(d, 0), KG_WG_F8(d, 8), KG_WG_F8(d, 16), KG_WG_F8(d, 24)
-#define KG_WG_F64(d) KG_WG_F32(d), KG_WG_F8(d, 32), KG_WG_F8(d, 40), KG_WG_F8(d, 48), KG_WG_F8(d, 56)
-#define KG_WG_F128(d) KG_WG_F64(d), KG_WG_F8(d, 64), KG_WG_F8(d, 72), KG_WG_F8(d, 80), KG_WG_F8(d, 88), \
-                      KG_WG_F8(d, 96), KG_WG_F8(d, 104), KG_WG_F8(d, 112), KG_WG_F8(d, 120)
+#define KG_WG_F48(d) KG_WG_F32(d), KG_WG_F8(d, 32), KG_WG_F8(d, 40)
+#define KG_WG_F64(d) KG_WG_F48(d), KG_WG_F8(d, 48), KG_WG_F8(d, 56)
+#define KG_WG_F96(d) KG_WG_F64(d), KG_WG_F8(d, 64), KG_WG_F8(d, 72), KG_WG_F8(d, 80), KG_WG_F8(d, 88)
+#define KG_WG_F128(d) KG_WG_F96(d), KG_WG_F8(d, 96), KG_WG_F8(d, 104), KG_WG_F8(d, 112), KG_WG_F8(d, 120)
 
 // d = (acc ? d : 0) + A·B for one 32-byte K step (k16 for fp16/bf16, k32 for
 // fp8), A and B in shared memory (a, b are their descriptors).  fp16/bf16:
@@ -863,12 +868,16 @@ __device__ static inline void kg_wg_release(unsigned empty, int lane) {
     }
 KG_WG_MMA16(kg_wgmma_n256_bf16, 256, "bf16", KG_WG_D128, KG_WG_F128(d), "128", "129", "130", "131", "132")
 KG_WG_MMA16(kg_wgmma_n256_f16, 256, "f16", KG_WG_D128, KG_WG_F128(d), "128", "129", "130", "131", "132")
+KG_WG_MMA16(kg_wgmma_n192_bf16, 192, "bf16", KG_WG_D96, KG_WG_F96(d), "96", "97", "98", "99", "100")
+KG_WG_MMA16(kg_wgmma_n192_f16, 192, "f16", KG_WG_D96, KG_WG_F96(d), "96", "97", "98", "99", "100")
 KG_WG_MMA16(kg_wgmma_n128_bf16, 128, "bf16", KG_WG_D64, KG_WG_F64(d), "64", "65", "66", "67", "68")
 KG_WG_MMA16(kg_wgmma_n128_f16, 128, "f16", KG_WG_D64, KG_WG_F64(d), "64", "65", "66", "67", "68")
 KG_WG_MMA16(kg_wgmma_n64_bf16, 64, "bf16", KG_WG_D32, KG_WG_F32(d), "32", "33", "34", "35", "36")
 KG_WG_MMA16(kg_wgmma_n64_f16, 64, "f16", KG_WG_D32, KG_WG_F32(d), "32", "33", "34", "35", "36")
 KG_WG_MMA8(kg_wgmma_n128_e4m3, 128, "e4m3", KG_WG_D64, KG_WG_F64(d), "64", "65", "66")
 KG_WG_MMA8(kg_wgmma_n128_e5m2, 128, "e5m2", KG_WG_D64, KG_WG_F64(d), "64", "65", "66")
+KG_WG_MMA8(kg_wgmma_n96_e4m3, 96, "e4m3", KG_WG_D48, KG_WG_F48(d), "48", "49", "50")
+KG_WG_MMA8(kg_wgmma_n96_e5m2, 96, "e5m2", KG_WG_D48, KG_WG_F48(d), "48", "49", "50")
 KG_WG_MMA8(kg_wgmma_n64_e4m3, 64, "e4m3", KG_WG_D32, KG_WG_F32(d), "32", "33", "34")
 KG_WG_MMA8(kg_wgmma_n64_e5m2, 64, "e5m2", KG_WG_D32, KG_WG_F32(d), "32", "33", "34")
 
@@ -884,7 +893,9 @@ KG_WG_MMA8(kg_wgmma_n64_e5m2, 64, "e5m2", KG_WG_D32, KG_WG_F32(d), "32", "33", "
 // (fma), the epilogue then scales nothing.  Each consumer waits for its own
 // wgmma before adding (making the two consumers take turns at issuing, so
 // that one adds while the other's wgmma runs, measured slower: README,
-// the variants ledger).  PRODUCER / CONSUMER: the
+// the variants ledger).  WG_QPIPE = 1 (WG_BN <= 192: the accumulators and
+// two partials fit in registers) adds half of them under wgmma instead
+// (kg_wg_qpipe); not yet measured.  PRODUCER / CONSUMER: the
 // setmaxnreg split; the block holds 168 x 384 registers (__launch_bounds__(
 // 384, 1)), and a split that asks for more makes setmaxnreg.inc wait forever.
 #define KG_WG_IN16(name, t)                                                                        \
@@ -893,6 +904,7 @@ KG_WG_MMA8(kg_wgmma_n64_e5m2, 64, "e5m2", KG_WG_D32, KG_WG_F32(d), "32", "33", "
         template <int TX, int TY>                                                                  \
         __device__ static void mma(float *d, unsigned long long a, unsigned long long b, int acc) { \
             if (WG_BN == 256) kg_wgmma_n256_##t<TX, TY>(d, a, b, acc);                             \
+            else if (WG_BN == 192) kg_wgmma_n192_##t<TX, TY>(d, a, b, acc);                        \
             else kg_wgmma_n128_##t<TX, TY>(d, a, b, acc);                                          \
         }                                                                                          \
     };
@@ -902,7 +914,9 @@ KG_WG_MMA8(kg_wgmma_n64_e5m2, 64, "e5m2", KG_WG_D32, KG_WG_F32(d), "32", "33", "
         template <int TX, int TY>                                                                  \
         __device__ static void mma(float *d, unsigned long long a, unsigned long long b, int acc) { \
             static_assert(!TX && !TY, "fp8 wgmma reads K-major operands only");                    \
-            if (WG_BN == 256) kg_wgmma_n128_##t(d, a, b, acc); else kg_wgmma_n64_##t(d, a, b, acc); \
+            if (WG_BN == 256) kg_wgmma_n128_##t(d, a, b, acc);                                     \
+            else if (WG_BN == 192) kg_wgmma_n96_##t(d, a, b, acc);                                 \
+            else kg_wgmma_n64_##t(d, a, b, acc);                                                   \
         }                                                                                          \
     };
 KG_WG_IN16(kg_wg_bf16, bf16)
@@ -1176,6 +1190,90 @@ __device__ static inline void kg_wg_scales_load(float v[4], const kg_wg_scale_ro
     v[0] = s.a[0][kb], v[1] = s.a[1][kb], v[2] = s.b[0][kb], v[3] = s.b[1][kb];
 }
 
+// fp8: issue half h of a stage (the WG_BN/2 columns of Y^T from h x
+// WG_BN/2) as one wgmma group of four k32 steps into the partial p, A this
+// consumer's 64 rows at sx, B the stage's Y^T at sy; committed, not waited for.
+template <class In>
+__device__ static __forceinline__ void kg_wg_issue_half(float *p, unsigned sx, unsigned sy, int h) {
+    kg_wg_fence();
+#pragma unroll
+    for (int kk = 0; kk < 4; kk++)
+        In::template mma<0, 0>(p, kg_wg_desc(sx + kk * 32), kg_wg_desc(sy + h * (WG_BN / 2) * 128 + kk * 32), kk);
+    kg_wg_commit();
+}
+// fp8 promotion: a half's completed partial p added into its WG_BN/4
+// accumulators d, times t[row half] (register i holds row half (i >> 1) & 1)
+// when SK, as ref.c's qprod_elem does: fma(partial, scale, acc).
+template <int SK>
+__device__ static __forceinline__ void kg_wg_promote(float *d, const float *p, const float *t) {
+#pragma unroll
+    for (int i = 0; i < WG_BN / 4; i++) {
+        if (SK) d[i] = kg_fma(p[i], t[(i >> 1) & 1], d[i]);
+        else d[i] += p[i];
+    }
+}
+
+// SK: stage kb's scales t[half][row half] from nxt (loaded a stage ahead),
+// and stage kb + 1's loaded into nxt.
+__device__ static __forceinline__ void kg_wg_stage_scales(float t[2][2], float nxt[4], const kg_wg_scale_rows &rows,
+                                                          int kb, int nk) {
+#pragma unroll
+    for (int h = 0; h < 2; h++)
+#pragma unroll
+        for (int e = 0; e < 2; e++) t[h][e] = nxt[e] * nxt[2 + h];
+    if (kb + 1 < nk) kg_wg_scales_load(nxt, rows, kb + 1);
+}
+
+// fp8, WG_QPIPE: one tile's nk stages for consumer c, its promotions half
+// under wgmma.  Each step sends the previous stage's half 1 (into pp1) and
+// this stage's half 0 (pp0) to the tensor cores back to back, adds pp1
+// under pp0's wgmma and frees the previous stage, then adds pp0; the first
+// stage's half 0 goes alone, the last stage's half 1 after the loop.  The
+// issues inside the loop are unconditional: ptxas serializes every wgmma
+// (C7514) when one is issued on a branch and a partial read after it.
+// s, phase: the ring position, advanced past the tile's stages.
+template <class In, int SK>
+__device__ static __forceinline__ void kg_wg_qpipe(float *d, int nk, int &s, unsigned &phase, unsigned base,
+                                                   unsigned bars, int c, int lane, const kg_wg_scale_rows &rows,
+                                                   float nxt[4]) {
+    static_assert(!WG_QPIPE || WG_BN <= 192, "WG_QPIPE holds two partials: WG_BN <= 192");
+    if (nk <= 0) return;
+    float pp0[WG_BN / 4], pp1[WG_BN / 4], t[2][2], tp[2];
+    unsigned sx = base + s * WG_STAGE_BYTES + c * 64 * 128, sy = base + s * WG_STAGE_BYTES + WG_A_BYTES;
+    if (SK) kg_wg_stage_scales(t, nxt, rows, 0, nk);
+    kg_bar_wait(bars + 8 * s, phase);
+    kg_wg_issue_half<In>(pp0, sx, sy, 0);
+    kg_wg_wait<0>();
+    kg_wg_touch<WG_BN / 4>(pp0);
+    kg_wg_promote<SK>(d, pp0, t[0]);
+    tp[0] = t[1][0], tp[1] = t[1][1];
+    int prev = s;
+    unsigned px = sx, py = sy;
+    if (++s == WG_STAGES) s = 0, phase ^= 1;
+    for (int kb = 1; kb < nk; kb++) {
+        sx = base + s * WG_STAGE_BYTES + c * 64 * 128, sy = base + s * WG_STAGE_BYTES + WG_A_BYTES;
+        if (SK) kg_wg_stage_scales(t, nxt, rows, kb, nk);
+        kg_bar_wait(bars + 8 * s, phase);
+        kg_wg_issue_half<In>(pp1, px, py, 1);
+        kg_wg_issue_half<In>(pp0, sx, sy, 0);
+        kg_wg_wait<1>();
+        kg_wg_touch<WG_BN / 4>(pp1);
+        kg_wg_promote<SK>(d + WG_BN / 4, pp1, tp);
+        kg_wg_release(bars + 8 * (WG_STAGES + prev), lane);
+        kg_wg_wait<0>();
+        kg_wg_touch<WG_BN / 4>(pp0);
+        kg_wg_promote<SK>(d, pp0, t[0]);
+        tp[0] = t[1][0], tp[1] = t[1][1];
+        prev = s, px = sx, py = sy;
+        if (++s == WG_STAGES) s = 0, phase ^= 1;
+    }
+    kg_wg_issue_half<In>(pp1, px, py, 1);
+    kg_wg_wait<0>();
+    kg_wg_touch<WG_BN / 4>(pp1);
+    kg_wg_promote<SK>(d + WG_BN / 4, pp1, tp);
+    kg_wg_release(bars + 8 * (WG_STAGES + prev), lane);
+}
+
 // wgmma descriptor of k16 step kk of the operand tile at `tile` (one
 // consumer's 64 rows of X, or Y^T's WG_BN rows): K-major (T = 0) 32 bytes
 // on per step; MN-major (T = 1) 16 K rows (2 KiB) on per step, the next 64
@@ -1348,8 +1446,9 @@ __device__ static inline void kg_gemm_sm90(const kg_tmap *ta, const kg_tmap *tb,
     // consumers: warpgroup 1 owns tile rows [0, 64), warpgroup 2 rows [64, 128)
     static_assert(128 * In::PRODUCER + 256 * In::CONSUMER <= 168 * WG_THREADS, "setmaxnreg split too large");
     asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(In::CONSUMER));
-    const int c = wg - 1;
-    float d[WG_BN / 2], part[In::PROMOTE ? WG_BN / 4 : 1];
+    const int c = wg - 1, PW = In::PROMOTE ? WG_BN / 4 : 1;   // PW: a partial's registers
+    // fp8: part, a half's partial (WG_QPIPE: kg_wg_qpipe holds two of its own)
+    float d[WG_BN / 2], part[PW];
     int s = 0;
     unsigned phase = 0;
     for (int u = kg_wg_cluster_id(); u < units; u += kg_wg_clusters()) {
@@ -1365,35 +1464,22 @@ __device__ static inline void kg_gemm_sm90(const kg_tmap *ta, const kg_tmap *tb,
             rows = kg_wg_scale_rows_at(at, c * 64 + warp * 16 + lane / 4, N, nk, sa, sb, gra, grb, sbg);
             if (nk > 0) kg_wg_scales_load(nxt, rows, 0);
         }
+#if WG_QPIPE   // fp8 runs its own loop; kept out of the shipped build, whose code it would move
+        if (In::PROMOTE) kg_wg_qpipe<In, SK>(d, nk, s, phase, base, bars, c, lane, rows, nxt); else
+#endif
         for (int kb = 0; kb < nk; kb++) {
             const unsigned sx = base + s * WG_STAGE_BYTES + c * 64 * 128, sy = base + s * WG_STAGE_BYTES + WG_A_BYTES;
             float t[2][2];   // SK: this stage's scales, t[half][row half]
-            if (SK) {
-#pragma unroll
-                for (int h = 0; h < 2; h++)
-#pragma unroll
-                    for (int e = 0; e < 2; e++) t[h][e] = nxt[e] * nxt[2 + h];
-                if (kb + 1 < nk) kg_wg_scales_load(nxt, rows, kb + 1);
-            }
+            if (SK) kg_wg_stage_scales(t, nxt, rows, kb, nk);
             kg_bar_wait(bars + 8 * s, phase);
             if (RK && at.k1 - at.k0 - kb * BK < BK) kg_wg_zero_tail(sx, sy, at.k1 - at.k0 - kb * BK, c, tid % 128);
-            if (In::PROMOTE) {   // the stage in two column halves, each through `part`
+            if (In::PROMOTE) {   // the stage in two column halves, each through `part`, waited for
 #pragma unroll
                 for (int h = 0; h < 2; h++) {
-                    kg_wg_fence();
-#pragma unroll
-                    for (int kk = 0; kk < 4; kk++)
-                        In::template mma<0, 0>(part, kg_wg_desc(sx + kk * 32),
-                                               kg_wg_desc(sy + h * (WG_BN / 2) * 128 + kk * 32), kk);
-                    kg_wg_commit();
+                    kg_wg_issue_half<In>(part, sx, sy, h);
                     kg_wg_wait<0>();
-                    kg_wg_touch<In::PROMOTE ? WG_BN / 4 : 1>(part);
-#pragma unroll
-                    for (int i = 0; i < (In::PROMOTE ? WG_BN / 4 : 0); i++) {
-                        float &acc = d[h * (WG_BN / 4) + i];
-                        if (SK) acc = kg_fma(part[i], t[h][(i >> 1) & 1], acc);
-                        else acc += part[i];
-                    }
+                    kg_wg_touch<PW>(part);
+                    kg_wg_promote<SK>(d + h * (WG_BN / 4), part, t[h]);
                 }
                 kg_wg_release(bars + 8 * (WG_STAGES + s), lane);
                 if (++s == WG_STAGES) s = 0, phase ^= 1;
