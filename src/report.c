@@ -328,6 +328,7 @@ static void json_output(FILE *f, const struct run *r, int k, const struct result
     fprintf(f, "\"rows\":%zu,\"cols\":%zu,\"checked\":%zu,\"full\":%s,", o->rows, o->cols, x->s.n,
            x->plan.full ? "true" : "false");
     json_str(f, "verdict", x->pass ? "pass" : "fail", 1);
+    if (x->sha256[0]) json_str(f, "sha256", x->sha256, 1);
     fprintf(f, "\"gates\":{");
     for (size_t g = 0; g < N_GATES; g++) {
         fprintf(f, "%s\"%s\":{\"pass\":%s,", g ? "," : "", GATES[g].name, x->v[g].pass ? "true" : "false");
