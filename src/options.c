@@ -463,7 +463,10 @@ static int cmd_devices(const struct opts *o, const char *sub)
         g.rt.dev_attr(&sms, ATTR_ID[g.pf][AT_SMS], h);
         size_t mem = 0;
         g.rt.dev_mem(&mem, h);
-        printf("%-4d %s, %d SMs/CUs, %.1f GiB (%s)\n", i, name, sms, mem / 1073741824.0, PF_NAME[g.pf]);
+        char pci[32], uuid[48];
+        gpu_identity(&g, h, pci, sizeof pci, uuid, sizeof uuid);
+        printf("%-4d %s, %d SMs/CUs, %.1f GiB (%s), PCI %s, UUID %s\n", i, name, sms, mem / 1073741824.0,
+               PF_NAME[g.pf], *pci ? pci : "not known", *uuid ? uuid : "not known");
     }
     return EXIT_PASS;
 }
