@@ -101,6 +101,7 @@ enum {
 #include "src/codec.c"    /* kgate codec */
 #include "src/diff.c"     /* kgate diff: two --dump directories compared */
 #include "src/selftest.c" /* kgate selftest */
+#include "src/node.c"     /* every GPU of a node: a device list, each entry in its own kgate, compared */
 
 /* ===== The pipeline of one case ===== */
 
@@ -825,6 +826,10 @@ int main(int argc, char **argv)
         }
     }
     check_meaningful(&o, op ? &one : NULL);
+    if (o.device_list) {
+        if (op) case_free(&one);
+        return node_run(&o, argc, argv);
+    }
     if (o.seeds > 1 && o.dump_dir) die(EXIT_USAGE, "--dump writes one seed's case: give --seed S, not --seeds N");
     if (o.dump_dir) usable_dir(o.dump_dir, "--dump");   /* before any work */
     int all_repeat = o.device_cpu ? DEFAULT_REPEAT_ALL_CPU : DEFAULT_REPEAT_ALL_GPU;

@@ -192,6 +192,9 @@ static void inject_check(struct opts *o, int default_repeat)
 {
     if (!o->repeat) o->repeat = default_repeat;
     if (!o->inject) return;
+    if (strchr(o->inject, '@'))
+        die(EXIT_USAGE, "--inject %s: KIND@N plants a fault in entry N of a device list: give --device LIST",
+            shown(o->inject));
     if (!inject_find(o->inject)) {
         char names[256] = "";
         for (size_t i = 0; i < N_INJECTS; i++)

@@ -35,7 +35,11 @@ struct opts {
     unsigned long long seen;      /* the OPT_ROWS given so far: each may be given once (-D excepted) */
     const char *diff_dirs[2];     /* diff: the two --dump directories A and B */
     int graph;                    /* --graph: every launch captured into a graph once, then replayed */
+    const char *device_list;      /* --device all or A,B,...: each entry in its own kgate (node.c); NULL: one device */
 };
+
+/* The most entries of a device list (--device A,B,...). */
+#define NODE_MAX 64
 
 /* The kinds of command, as bits: which commands an option means something
  * to (OPT_ROWS). */
@@ -148,6 +152,27 @@ static int opts_parse_variant(struct opts *o, const char *key, const char *val)
     return 0;
 }
 
+/* Exit 2 unless `val` is a device list: `all`, or entries separated by
+ * commas, each a GPU number (0..1024) or `cpu`, at most NODE_MAX; the same
+ * entry may be named twice. */
+static void opts_device_list(const char *val)
+{
+    if (strcmp(val, "all") == 0) return;
+    int n = 0;
+    for (const char *p = val;; p++) {
+        size_t len = strcspn(p, ",");
+        char e[16];
+        uint64_t v;
+        snprintf(e, sizeof e, "%.*s", (int)(len < sizeof e ? len : sizeof e - 1), p);
+        if (++n > NODE_MAX) die(EXIT_USAGE, "--device %s: at most %d entries", shown(val), NODE_MAX);
+        if (len == 0) die(EXIT_USAGE, "--device %s: entry %d is empty (a list: 0,3,5 or cpu,cpu)", shown(val), n);
+        if (len >= sizeof e || (strcmp(e, "cpu") != 0 && parse_u64(e, 0, 1024, &v) != 0))
+            die(EXIT_USAGE, "--device %s: entry %d: expected a device number or 'cpu'", shown(val), n);
+        p += len;
+        if (!*p) return;
+    }
+}
+
 /* Run option argv[i] (and its value argv[i + 1]) into o: returns how many
  * arguments were used (1 or 2), or 0 if argv[i] is not a run option.  Exit
  * 2 on a bad or missing value, an option given twice (-D excepted), or one
@@ -173,7 +198,9 @@ static int opts_parse(struct opts *o, int argc, char **argv, int i)
         uint64_t v;
         if (strcmp(val, "cpu") == 0) o->device_cpu = 1;
         else if (parse_u64(val, 0, 1024, &v) == 0) o->device_index = (int)v, o->device_cpu = 0;
-        else die(EXIT_USAGE, "--device %s: expected a device number or 'cpu'", shown(val));
+        else if (strchr(val, ',') || strcmp(val, "all") == 0) opts_device_list(val), o->device_list = val;
+        else die(EXIT_USAGE, "--device %s: expected a device number, 'cpu', 'all' or a list (0,3,5; cpu,cpu)",
+                 shown(val));
         return 2;
     }
     if (strcmp(key, "--seed") == 0) {
