@@ -135,13 +135,14 @@ static void node_read(struct node_entry *e)
 }
 
 /* Entry e's verdict from its exit code and its cases: pass (0), fail (1),
- * hung or fault (5, or a kgate that died), error (2, 3, 4, 6: it could not
- * run; its own message says why). */
+ * error (2, 3, 4, 6: it could not run; its own message says why), hung or
+ * fault (5, or a kgate that died or did not start). */
 static const char *node_verdict(const struct node_entry *e)
 {
     if (e->code == EXIT_PASS) return "pass";
     if (e->code == EXIT_GATE) return "fail";
-    if (e->code != EXIT_DEVICE && e->code < 128) return "error";
+    if (e->code == EXIT_USAGE || e->code == EXIT_NORUNTIME || e->code == EXIT_BUDGET || e->code == EXIT_IO)
+        return "error";
     for (int i = 0; i < e->ncases; i++)
         if (strcmp(e->cases[i].verdict, "hung") == 0) return "hung";
     return "fault";
