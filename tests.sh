@@ -1569,6 +1569,10 @@ has "$tmp/out" "^1 +cpu +fault +0/3 " "fault@1: entry 1's verdict is fault"
 has "$tmp/out" "^0 +cpu +pass +3/3 +0 " "fault@1: entry 0 unaffected"
 has "$tmp/out" "^2 +cpu +pass +3/3 +0 " "fault@1: entry 2 unaffected"
 has "$tmp/out" "^  kgate: fault: gemm f32 NT 33x17x9 \($tmp/node.txt:1\): the worker died of signal 11" "fault@1: its lost case named"
+KGATE_TEST_CPU_FAULT="spin=33x17" run $K "${NODE[@]}" --device cpu,cpu --timeout 1
+[ "$rc" -eq 5 ] && ok "a case that hangs on every entry: exit 5" || bad "a hang on a list: exit $rc, want 5"
+has "$tmp/out" "^0 +cpu +hung +2/3 " "a hang: entry 0's verdict hung, its other cases passed"
+has "$tmp/out" "^1 +cpu +hung +2/3 " "a hang: entry 1's verdict hung"
 expect 5 "fault without a list: every case faults" $K gemm --device cpu --shape 8x8x8 --inject fault
 has "$tmp/out" "^gemm bf16 NT 8x8x8 +- +fault +the worker died of signal 11" "fault: verdict fault"
 expect 1 "--json: bitflip@2" $K "${NODE[@]}" --device cpu,cpu,cpu --inject bitflip@2 --json

@@ -251,18 +251,30 @@ static void node_agree_one(struct node_entry *all, int n, int e, int ci, int k)
     all[e].ndisagree += mine->disagree != 0;
 }
 
-/* Entry e's speed: per case timed on at least two entries of its model,
- * its time over the median of theirs; the median of those ratios.  Slow
- * beyond NODE_SLOW_RATIO (NODE_SLOW_RATIO_CPU on the CPU). */
+/* Entry e is a GPU that another entry of the list names too (--device
+ * 0,0): the two share the card, so their times say nothing about its
+ * speed.  (CPU entries always share the CPU; their rule allows for it.) */
+static int node_shared(const struct node_entry *all, int n, int e)
+{
+    for (int f = 0; f < n; f++)
+        if (f != e && strcmp(all[e].dev, "cpu") != 0 && strcmp(all[e].dev, all[f].dev) == 0) return 1;
+    return 0;
+}
+
+/* Entry e's speed: per case timed on at least two entries of its model
+ * (a shared GPU's entries not counted: node_shared), its time over the
+ * median of theirs; the median of those ratios.  Slow beyond
+ * NODE_SLOW_RATIO (NODE_SLOW_RATIO_CPU on the CPU). */
 static void node_speed(struct node_entry *all, int n, int e)
 {
     struct node_entry *me = &all[e];
     double *ratio = xcalloc((size_t)me->ncases + 1, sizeof *ratio), *t = xcalloc((size_t)n, sizeof *t);
     int nr = 0;
-    for (int ci = 0; ci < me->ncases; ci++) {
+    for (int ci = 0; ci < me->ncases && !node_shared(all, n, e); ci++) {
         int nt = 0;
         for (int f = 0; f < n && me->cases[ci].us > 0; f++)
-            if (node_peer(me, &all[f], ci) && all[f].cases[ci].us > 0) t[nt++] = all[f].cases[ci].us;
+            if (node_peer(me, &all[f], ci) && !node_shared(all, n, f) && all[f].cases[ci].us > 0)
+                t[nt++] = all[f].cases[ci].us;
         if (nt < 2) continue;
         qsort(t, (size_t)nt, sizeof *t, cmp_double);
         ratio[nr++] = me->cases[ci].us / sorted_median(t, nt);
