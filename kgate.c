@@ -101,6 +101,7 @@ enum {
 #include "src/codec.c"    /* kgate codec */
 #include "src/diff.c"     /* kgate diff: two --dump directories compared */
 #include "src/selftest.c" /* kgate selftest */
+#include "src/node.c"     /* every GPU of a node: a device list, each entry in its own kgate, compared */
 
 /* ===== The pipeline of one case ===== */
 
@@ -203,6 +204,26 @@ static int time_case(struct run *r, struct result *res, int have_refs, int idx, 
     return pass;
 }
 
+/* The digest of output k of the first run (raw: its storage as read back
+ * and gated), after the gates: the digest-only fault (--inject bitflip, a
+ * node run's) is planted in a copy, so no gate sees it. */
+static void output_digest(struct run *r, int k, const unsigned char *raw, char hex[65])
+{
+    const struct output *p = &r->out[k];
+    const struct inject *inj = run_inject(r, INJ_DIGEST);
+    if (!inj || k != 0) {
+        gate_digest(p, raw, hex);
+        return;
+    }
+    size_t bytes = p->elems * DTYPES[p->dt].bytes + 2 * p->guard;
+    unsigned char *copy = xmalloc(bytes);
+    memcpy(copy, raw, bytes);
+    struct inject_ctx ix = { .r = r, .oi = k, .o = p, .raw = copy };
+    inj->apply(&ix);
+    gate_digest(p, copy, hex);
+    free(copy);
+}
+
 /* Gate arm ac on run r: the quantize stage (low precision), every launch on
  * poisoned outputs (--graph: captured graphs, replayed), `repeat` runs in
  * all (the first checked, the others compared bit for bit or, with atomics,
@@ -230,6 +251,7 @@ static void gate_arm(struct run *r, struct arm_case *ac, int repeat, const char 
     for (int k = 0; k < r->nout; k++) {
         if (!res[k].rep.atomics || res[k].pass) gate_output(r, k, &res[k], raw1[k], when);
         ac->pass &= res[k].pass;
+        if (!res[k].sha256[0]) output_digest(r, k, raw1[k], res[k].sha256);
         free(raw1[k]);
     }
     free(raw1);
@@ -804,6 +826,10 @@ int main(int argc, char **argv)
         }
     }
     check_meaningful(&o, op ? &one : NULL);
+    if (o.device_list) {
+        if (op) case_free(&one);
+        return node_run(&o, argc, argv);
+    }
     if (o.seeds > 1 && o.dump_dir) die(EXIT_USAGE, "--dump writes one seed's case: give --seed S, not --seeds N");
     if (o.dump_dir) usable_dir(o.dump_dir, "--dump");   /* before any work */
     int all_repeat = o.device_cpu ? DEFAULT_REPEAT_ALL_CPU : DEFAULT_REPEAT_ALL_GPU;

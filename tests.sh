@@ -1541,6 +1541,81 @@ has "$tmp/out" "^  --timeout S " "gemm --help: the run options"
 grep -q "^  --groups" "$tmp/out" && ok "gemm --help lists the case options (shared by the ops)" || bad "gemm --help lacks --groups"
 expect 2 "frob --help" $K frob --help
 
+echo "== every GPU of a node: a device list on the CPU device (each entry its own kgate, compared)"
+# Three CPU workers on three small cases: bitwise agreement, the speed rule, a faulting worker, --json.
+cat >"$tmp/node.txt" <<'EOF2'
+gemm --dtype f32 --shape 33x17x9
+grouped --groups 0,5,33 --shape 24x16
+attn --seq 20:30 --heads 2:1 --dim 16 --causal
+EOF2
+NODE=(all --shapes "$tmp/node.txt" --repeat 1)
+expect 0 "three CPU entries agree" $K "${NODE[@]}" --device cpu,cpu,cpu
+has "$tmp/out" "^entry device verdict cases +disagree speed +identity$" "the summary table's head"
+for i in 0 1 2; do
+    has "$tmp/out" "^$i +cpu +pass +3/3 +0 +[0-9.]+ +[^ ]" "summary row of entry $i: pass, 3/3, no disagreement, a speed"
+done
+has "$tmp/out" "^entry 1: --device cpu: .*: exit 0 \(pass\)" "each entry's section"
+has "$tmp/out" "^gemm f32 NT 33x17x9 +C +pass +[0-9.]+ +[0-9a-f]{12}$" "an entry's row: verdict, time, digest"
+has "$tmp/out" "^kgate: node: 3 entries: exit 0$" "the last line"
+n=$(grep -Eo "^attn [^ ]+ [^ ]+ [^ ]+ [^ ]+ [^ ]+ causal +O +pass +[0-9.]+ +[0-9a-f]{12}$" "$tmp/out" | awk '{print $NF}' | sort -u | wc -l)
+[ "$n" -eq 1 ] && ok "the three entries' attn O digests are one" || bad "attn O digests differ across clean entries: $n"
+expect 1 "bitflip@1: caught" $K "${NODE[@]}" --device cpu,cpu,cpu --inject bitflip@1
+has "$tmp/out" "^1 +cpu +pass +3/3 +3 " "bitflip@1: entry 1 passes every gate, 3 outputs disagree"
+has "$tmp/out" "^0 +cpu +pass +3/3 +0 " "bitflip@1: entry 0 agrees"
+has "$tmp/out" "^kgate: entry 1 \(--device cpu\) disagrees: gemm f32 NT 33x17x9 C: its digest differs from the majority's$" "bitflip@1: entry 1 and the case named"
+grep -q "^kgate: entry [02] .*disagrees" "$tmp/out" && bad "bitflip@1: another entry named" || ok "bitflip@1: no other entry named"
+expect 1 "bitflip@0 on two entries: no majority" $K gemm --shape 33x17x9 --device cpu,cpu --inject bitflip@0
+has "$tmp/out" "^kgate: entry 0 .*: no digest has a majority$" "two that differ: entry 0 named"
+has "$tmp/out" "^kgate: entry 1 .*: no digest has a majority$" "two that differ: entry 1 named"
+expect 1 "slow@2: caught" $K "${NODE[@]}" --device cpu,cpu,cpu --inject slow@2
+has "$tmp/out" "^2 +cpu +pass +3/3 +0 +[0-9.]+ SLOW " "slow@2: entry 2 flagged SLOW"
+has "$tmp/out" "^kgate: entry 2 \(--device cpu\) is slow: its time per case is [0-9.]+ x the median entry's$" "slow@2: named"
+grep -q "^[01] .* SLOW " "$tmp/out" && bad "slow@2: another entry flagged" || ok "slow@2: no other entry flagged"
+expect 5 "fault@1: a faulting worker" $K "${NODE[@]}" --device cpu,cpu,cpu --inject fault@1
+has "$tmp/out" "^1 +cpu +fault +0/3 " "fault@1: entry 1's verdict is fault"
+has "$tmp/out" "^0 +cpu +pass +3/3 +0 " "fault@1: entry 0 unaffected"
+has "$tmp/out" "^2 +cpu +pass +3/3 +0 " "fault@1: entry 2 unaffected"
+has "$tmp/out" "^  kgate: fault: gemm f32 NT 33x17x9 \($tmp/node.txt:1\): the worker died of signal 11" "fault@1: its lost case named"
+KGATE_TEST_CPU_FAULT="spin=33x17" run $K "${NODE[@]}" --device cpu,cpu --timeout 1
+[ "$rc" -eq 5 ] && ok "a case that hangs on every entry: exit 5" || bad "a hang on a list: exit $rc, want 5"
+has "$tmp/out" "^0 +cpu +hung +2/3 " "a hang: entry 0's verdict hung, its other cases passed"
+has "$tmp/out" "^1 +cpu +hung +2/3 " "a hang: entry 1's verdict hung"
+expect 5 "fault without a list: every case faults" $K gemm --device cpu --shape 8x8x8 --inject fault
+has "$tmp/out" "^gemm bf16 NT 8x8x8 +- +fault +the worker died of signal 11" "fault: verdict fault"
+expect 1 "--json: bitflip@2" $K "${NODE[@]}" --device cpu,cpu,cpu --inject bitflip@2 --json
+has "$tmp/out" '^\{"entry":2,"case":"gemm f32 NT 33x17x9",' "--json: each case line tagged with its entry"
+has "$tmp/out" '"sha256":"[0-9a-f]{64}"' "--json: each output's sha256"
+has "$tmp/out" '^\{"node":\{"devices":"cpu,cpu,cpu","slow_ratio":1.25,"slow_ratio_cpu":3,"entries":\[' "--json: the node object"
+has "$tmp/out" '\{"entry":2,"device":"cpu",[^]]*"disagree":\[\{"case":"gemm f32 NT 33x17x9","output":"C","sha256":"[0-9a-f]{64}","no_majority":false\}' "--json: entry 2's disagreement"
+has "$tmp/out" '"exit":1\}\}$' "--json: the node's exit"
+[ "$(grep -c '^{"entry":' "$tmp/out")" -eq 9 ] && ok "--json: 9 tagged case lines" || bad "--json: $(grep -c '^{"entry":' "$tmp/out") tagged lines, want 9"
+grep -q '^{"node"' "$tmp/err" && bad "--json: the node object on stderr" || ok "--json: the tables on stderr, not stdout"
+expect 0 "a repeated entry and a case command" $K gemm --shape 40x24x56 --bwd --device cpu,cpu
+expect 0 "one entry on its own (no list) still runs one device" $K gemm --shape 8x8x8 --device cpu
+for d in 0,,1 x , cpu, 1025,0 0,-1 "cpu ,cpu"; do
+    expect 2 "--device '$d'" $K gemm --shape 8x8x8 --device "$d"
+    one_line "--device '$d'"
+done
+run $K gemm --shape 8x8x8 --device 0,cpu
+[ "$rc" -eq 3 ] && ok "--device 0,cpu without a GPU runtime: the GPU entry's exit 3" || bad "--device 0,cpu: exit $rc, want 3"
+has "$tmp/out" "^0 +0 +error +0/0 " "--device 0,cpu: entry 0's verdict error"
+has "$tmp/out" "^1 +cpu +pass +1/1 " "--device 0,cpu: the CPU entry ran"
+has "$tmp/out" "^  kgate: no GPU runtime found" "--device 0,cpu: entry 0's reason"
+expect 3 "--device all without a GPU runtime" $K gemm --shape 8x8x8 --device all
+one_line "--device all without a GPU runtime"
+for a in "--inject bitflip" "--inject bitflip@3" "--inject slow@x" "--inject frob@1" "--dump $tmp/nd" "--seeds 2"; do
+    read -r -a extra <<<"$a"
+    expect 2 "a list with $a" $K gemm --shape 8x8x8 --device cpu,cpu,cpu "${extra[@]}"
+    one_line "a list with $a"
+done
+for a in "--inject bitflip" "--inject slow" "--inject bitflip@0"; do
+    read -r -a extra <<<"$a"
+    expect 2 "one device with $a" $K gemm --shape 8x8x8 --device cpu "${extra[@]}"
+    one_line "one device with $a"
+done
+expect 2 "compare on a list" $K compare gemm --shape 8x8x8 --device cpu,cpu --variant v -D A=1
+one_line "compare on a list"
+
 echo "== ASan/UBSan build of the CPU paths"
 if make -s kgate-asan >"$tmp/build" 2>&1; then
     ok "kgate-asan builds"
@@ -1599,6 +1674,8 @@ if make -s kgate-asan >"$tmp/build" 2>&1; then
     cp -r "$tmp/asan_dump3" "$tmp/asan_dump5" && printf '\223NUMPY\001\000\377\377{' >"$tmp/asan_dump5/O.out.npy"
     asan 2 "diff: a malformed .npy" diff "$tmp/asan_dump3" "$tmp/asan_dump5"
     asan 2 "a repeated option" gemm --device cpu --shape 8x8x8 --dtype f32 --dtype bf16
+    asan 1 "a device list, bitflip@1" all --shapes "$tmp/node.txt" --repeat 1 --device cpu,cpu,cpu --inject bitflip@1
+    asan 1 "a device list, bitflip@0 on two, --json" gemm --shape 40x24x56 --bwd --device cpu,cpu --inject bitflip@0 --json
     echo "== fuzz: random command lines and shapes files from kgate's own vocabulary (ASan/UBSan/LSan, fixed seed)"
     # A fixed count of vectors (KGATE_FUZZ_N, default below: about 2 minutes on 2 cores), each an argv
     # (commands, every option with valid, boundary and junk values, stray words, a missing value),

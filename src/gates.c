@@ -732,6 +732,7 @@ struct result {
     struct timing t;
     double tflops, pct_peak;      /* pct_peak < 0: peak not known */
     float *out;                   /* --dump: the output as the first check decoded it (rows x cols) */
+    char sha256[65];              /* the first run's storage bytes (guard bands not included), hex; "": not read */
 };
 
 /* An attention gradient's default rtol and atol: at least GRAD_TOL_ULPS
@@ -868,6 +869,17 @@ static void gate_output(struct run *r, int o, struct result *res, unsigned char 
     if (r->o->dump_dir && !res->out) res->out = out;   /* dump.c writes it and frees it */
     else free(out);
     free(own);
+}
+
+/* The digest of output p's storage bytes in raw (with its guard bands,
+ * which are not hashed) into hex[65]: the same bytes on two devices give
+ * the same digest (a node run compares them across devices, node.c). */
+static void gate_digest(const struct output *p, const unsigned char *raw, char hex[65])
+{
+    struct sha256 h;
+    sha256_init(&h);
+    sha256_update(&h, raw + p->guard, p->elems * DTYPES[p->dt].bytes);
+    sha256_hex(&h, hex);
 }
 
 /* The elements of output p whose bytes differ between raw storages a and

@@ -76,7 +76,10 @@ typedef int kg_res;
       "cuGraphInstantiateWithFlags", "hipGraphInstantiateWithFlags")                        \
     X(0, graph_launch, kg_res, (void *, void *), "cuGraphLaunch", "hipGraphLaunch")         \
     X(0, graph_exec_destroy, kg_res, (void *), "cuGraphExecDestroy", "hipGraphExecDestroy") \
-    X(0, graph_destroy, kg_res, (void *), "cuGraphDestroy", "hipGraphDestroy")
+    X(0, graph_destroy, kg_res, (void *), "cuGraphDestroy", "hipGraphDestroy")            \
+    X(0, dev_pci, kg_res, (char *, int, int), "cuDeviceGetPCIBusId", "hipDeviceGetPCIBusId") \
+    X(0, dev_uuid, kg_res, (unsigned char *, int), "cuDeviceGetUuid_v2|cuDeviceGetUuid",    \
+      "hipDeviceGetUuid")
 
 /* The run-time compilers: NVRTC and hiprtc, same shape again. */
 #define RTC_SYMS(X)                                                                         \
@@ -255,6 +258,8 @@ struct device {
     struct launch_geom *geom; /* non-NULL: gpu_launch notes each kernel it launches here */
     int capturing;        /* a graph capture is under way on the stream (--graph) */
     char capture_why[200]; /* the first call a graph cannot hold, made during the capture ("": none) */
+    char pci[32];         /* GPU: its PCI bus id, domain:bus:device.function ("": not known) */
+    char uuid[48];        /* GPU: its UUID, as nvidia-smi writes it on CUDA ("": not known) */
 };
 
 static const char *gpu_err_name(const struct device *d, kg_res r)
@@ -335,6 +340,23 @@ static void device_peaks(struct device *d)
         }
 }
 
+/* The identity of GPU `handle`, so that a person can find the card: its
+ * PCI bus id into pci and its UUID into uuid (each "" when the runtime
+ * lacks the call or it fails).  A CUDA UUID is written GPU-xxxxxxxx-xxxx-
+ * xxxx-xxxx-xxxxxxxxxxxx as nvidia-smi does; HIP's 16 bytes the same way,
+ * without the prefix.  Not yet run on a GPU (README "Every GPU of a node"). */
+static void gpu_identity(const struct device *d, int handle, char *pci, size_t pci_n, char *uuid, size_t uuid_n)
+{
+    unsigned char u[16];
+    *pci = *uuid = 0;
+    if (d->rt.dev_pci && d->rt.dev_pci(pci, (int)pci_n, handle) != 0) *pci = 0;
+    pci[pci_n - 1] = 0;
+    if (!d->rt.dev_uuid || d->rt.dev_uuid(u, handle) != 0 || uuid_n < 41) return;
+    size_t n = (size_t)snprintf(uuid, uuid_n, "%s", d->pf == PF_CUDA ? "GPU-" : "");
+    for (int i = 0; i < 16; i++)
+        n += (size_t)snprintf(uuid + n, uuid_n - n, "%s%02x", i == 4 || i == 6 || i == 8 || i == 10 ? "-" : "", u[i]);
+}
+
 /* Open GPU `index`: context, stream, attributes, arch, peaks, and an L2 flush
  * buffer of twice the L2 size read from the device. */
 static void gpu_open(struct device *d, int index)
@@ -358,6 +380,7 @@ static void gpu_open(struct device *d, int index)
         gpu_check(d, rt->set_device(index), "hipSetDevice");
     }
     gpu_check(d, rt->dev_name(d->name, sizeof d->name, d->handle), "reading the device name");
+    gpu_identity(d, d->handle, d->pci, sizeof d->pci, d->uuid, sizeof d->uuid);
     for (int a = 0; a < AT_COUNT; a++)
         gpu_check(d, rt->dev_attr(&d->attr[a], ATTR_ID[d->pf][a], d->handle), "reading a device attribute");
     gpu_check(d, rt->dev_mem(&d->mem_bytes, d->handle), "reading the device memory size");

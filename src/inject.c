@@ -73,6 +73,22 @@ static void inj_race(struct inject_ctx *x)
     x->raw[o->guard + (size_t)((int64_t)i * o->srow + (int64_t)j * o->scol) * DTYPES[o->dt].bytes] ^= 1;
 }
 
+/* Each timed launch runs INJ_SLOW_RUNS times in all (the timer times
+ * them as one): a device that is clearly slower than its peers. */
+#define INJ_SLOW_RUNS 8
+static void inj_slow(struct inject_ctx *x)
+{
+    for (int i = 1; i < INJ_SLOW_RUNS; i++) run_exec(x->r, x->oi, x->r->c->op->launch, x->oi);
+}
+
+/* The worker dies of SIGSEGV before the launch's kernels run, as a kernel
+ * that faults takes its process down. */
+static void inj_fault(struct inject_ctx *x)
+{
+    (void)x;
+    raise(SIGSEGV);
+}
+
 /* The launch path allocates a scratch buffer on its first launch (a lazily
  * sized workspace) and clears it before each: harmless eagerly; inside a
  * graph's capture, an allocation the graph cannot hold. */
@@ -142,6 +158,11 @@ static const struct inject INJECTS[] = {
       INJ_VALUES, q_inj_scale_index, q_inj_index_unfit },
     { "precision", "baseline", "every element off by up to 2^-6 of itself (a narrow accumulator)", INJ_VALUES,
       q_inj_precision, q_inj_unfit },
+    { "fault", "worker", "the worker dies of SIGSEGV at each launch (its cases: verdict fault, exit 5)",
+      INJ_WORKER, inj_fault, NULL },
+    { "bitflip", "agreement", "one bit of the first output flipped after the gates: only its digest differs "
+      "(a device list: bitflip@N)", INJ_DIGEST, inj_race, NULL },
+    { "slow", "speed", "each timed launch runs 8 times (a device list: slow@N)", INJ_TIMED, inj_slow, NULL },
 };
 #define N_INJECTS (sizeof INJECTS / sizeof *INJECTS)
 
@@ -153,12 +174,27 @@ static const struct inject *inject_find(const char *name)
     return NULL;
 }
 
+/* Whether fault inj is one that only the cross-device checks of a device
+ * list catch (node.c): a digest or a time, not a gate of one device. */
+static int inject_cross_device(const struct inject *inj)
+{
+    return inj->stage == INJ_DIGEST || inj->stage == INJ_TIMED;
+}
+
+/* The environment variable a device list's driver (node.c) sets for each
+ * device's kgate: its entry in the list. */
+#define NODE_ENTRY_ENV "KGATE_NODE_ENTRY"
+
 /* Set the command's default --repeat; exit 2 on an unknown fault, on
- * `race` without repeated runs, or on `graph-diff` without --graph. */
+ * `race` without repeated runs, on `graph-diff` without --graph, or on a
+ * cross-device fault outside a device list's run. */
 static void inject_check(struct opts *o, int default_repeat)
 {
     if (!o->repeat) o->repeat = default_repeat;
     if (!o->inject) return;
+    if (strchr(o->inject, '@'))
+        die(EXIT_USAGE, "--inject %s: KIND@N plants a fault in entry N of a device list: give --device LIST",
+            shown(o->inject));
     if (!inject_find(o->inject)) {
         char names[256] = "";
         for (size_t i = 0; i < N_INJECTS; i++)
@@ -169,4 +205,7 @@ static void inject_check(struct opts *o, int default_repeat)
         die(EXIT_USAGE, "--inject %s plants its fault in repeated runs: give --repeat 2 or more", o->inject);
     if (inject_find(o->inject)->stage == INJ_GRAPH && !o->graph)
         die(EXIT_USAGE, "--inject %s plants its fault in the graph path's check: give --graph", o->inject);
+    if (inject_cross_device(inject_find(o->inject)) && !getenv(NODE_ENTRY_ENV))
+        die(EXIT_USAGE, "--inject %s: only the cross-device checks of a device list catch it: give --device "
+            "LIST and --inject %s@N (N: the entry of the list it is planted in)", o->inject, o->inject);
 }

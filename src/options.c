@@ -35,7 +35,11 @@ struct opts {
     unsigned long long seen;      /* the OPT_ROWS given so far: each may be given once (-D excepted) */
     const char *diff_dirs[2];     /* diff: the two --dump directories A and B */
     int graph;                    /* --graph: every launch captured into a graph once, then replayed */
+    const char *device_list;      /* --device all or A,B,...: each entry in its own kgate (node.c); NULL: one device */
 };
+
+/* The most entries of a device list (--device A,B,...). */
+#define NODE_MAX 64
 
 /* The kinds of command, as bits: which commands an option means something
  * to (OPT_ROWS). */
@@ -148,6 +152,27 @@ static int opts_parse_variant(struct opts *o, const char *key, const char *val)
     return 0;
 }
 
+/* Exit 2 unless `val` is a device list: `all`, or entries separated by
+ * commas, each a GPU number (0..1024) or `cpu`, at most NODE_MAX; the same
+ * entry may be named twice. */
+static void opts_device_list(const char *val)
+{
+    if (strcmp(val, "all") == 0) return;
+    int n = 0;
+    for (const char *p = val;; p++) {
+        size_t len = strcspn(p, ",");
+        char e[16];
+        uint64_t v;
+        snprintf(e, sizeof e, "%.*s", (int)(len < sizeof e ? len : sizeof e - 1), p);
+        if (++n > NODE_MAX) die(EXIT_USAGE, "--device %s: at most %d entries", shown(val), NODE_MAX);
+        if (len == 0) die(EXIT_USAGE, "--device %s: entry %d is empty (a list: 0,3,5 or cpu,cpu)", shown(val), n);
+        if (len >= sizeof e || (strcmp(e, "cpu") != 0 && parse_u64(e, 0, 1024, &v) != 0))
+            die(EXIT_USAGE, "--device %s: entry %d: expected a device number or 'cpu'", shown(val), n);
+        p += len;
+        if (!*p) return;
+    }
+}
+
 /* Run option argv[i] (and its value argv[i + 1]) into o: returns how many
  * arguments were used (1 or 2), or 0 if argv[i] is not a run option.  Exit
  * 2 on a bad or missing value, an option given twice (-D excepted), or one
@@ -173,7 +198,9 @@ static int opts_parse(struct opts *o, int argc, char **argv, int i)
         uint64_t v;
         if (strcmp(val, "cpu") == 0) o->device_cpu = 1;
         else if (parse_u64(val, 0, 1024, &v) == 0) o->device_index = (int)v, o->device_cpu = 0;
-        else die(EXIT_USAGE, "--device %s: expected a device number or 'cpu'", shown(val));
+        else if (strchr(val, ',') || strcmp(val, "all") == 0) opts_device_list(val), o->device_list = val;
+        else die(EXIT_USAGE, "--device %s: expected a device number, 'cpu', 'all' or a list (0,3,5; cpu,cpu)",
+                 shown(val));
         return 2;
     }
     if (strcmp(key, "--seed") == 0) {
@@ -283,6 +310,11 @@ static const char USAGE[] =
     "\n"
     "run options:\n"
     "  --device N|cpu   GPU N (default 0), or cpu: ref.c's candidate runs the same pipeline\n"
+    "  --device all|LIST  every GPU, or a list (0,3,5; cpu,cpu; 0,cpu; an entry may repeat):\n"
+    "                   all and the case commands run each entry in its own kgate, all at once,\n"
+    "                   then compare the entries of one model: each output's SHA-256 against\n"
+    "                   the majority, the time per case against the median entry (slow above\n"
+    "                   1.25x; CPU entries 3x); a summary row per entry (README)\n"
     "  --kernels FILE   compile FILE instead of the embedded kernels.hip (same entry points;\n"
     "                   a GPU device only: the CPU device always runs ref.c's candidate)\n"
     "  --seed N         input seed, 0..2^64-1 (default 42; printed)\n"
@@ -298,7 +330,10 @@ static const char USAGE[] =
     "                   noise: the first arm's): tile, tail, nan, bias, drop,\n"
     "                   row, unwritten, outside, group, mask, race, round; low precision:\n"
     "                   scale, quant, scale-index, precision; --graph: graph-alloc,\n"
-    "                   graph-sync, graph-diff; the gate meant for it must fail\n"
+    "                   graph-sync, graph-diff; the gate meant for it must fail; fault: the\n"
+    "                   worker dies (verdict fault); a device list: KIND@N plants KIND in\n"
+    "                   entry N alone; bitflip@N (a digest differs) and slow@N (each timed\n"
+    "                   launch runs 8 times) are caught by the cross-device checks\n"
     "  --trades-precision TEXT  low precision: waive the 3 dB baseline rule, for this reason\n"
     "  --timeout S      the watchdog: a launch that has not ended after S seconds is hung\n"
     "                   (default: max(10 s, 100 x the case's time at the device's peak; the\n"
@@ -333,6 +368,8 @@ static const char USAGE[] =
     "      5 device, kernel or compiler error (a case that faulted or hung: the run goes on,\n"
     "        and 5 outranks 1), 6 a file could not be written (ledger, cache, dump): disk\n"
     "        full or I/O error\n"
+    "      a device list: 1 also for an entry that disagrees or is slow, 5 for one that faulted\n"
+    "        or hung (5 outranks 1), and an entry's own 2, 3, 4 or 6 (the first) outranks both\n"
     "environment: KGATE_CACHE (code-object cache dir; else $XDG_CACHE_HOME/kgate, else\n"
     "      ~/.cache/kgate, else ./.kgate-cache when HOME is unset), KGATE_THREADS (1..256),\n"
     "      KGATE_NVRTC, KGATE_HIPRTC, KGATE_CUDA, KGATE_HIP (library paths),\n"
@@ -463,7 +500,10 @@ static int cmd_devices(const struct opts *o, const char *sub)
         g.rt.dev_attr(&sms, ATTR_ID[g.pf][AT_SMS], h);
         size_t mem = 0;
         g.rt.dev_mem(&mem, h);
-        printf("%-4d %s, %d SMs/CUs, %.1f GiB (%s)\n", i, name, sms, mem / 1073741824.0, PF_NAME[g.pf]);
+        char pci[32], uuid[48];
+        gpu_identity(&g, h, pci, sizeof pci, uuid, sizeof uuid);
+        printf("%-4d %s, %d SMs/CUs, %.1f GiB (%s), PCI %s, UUID %s\n", i, name, sms, mem / 1073741824.0,
+               PF_NAME[g.pf], *pci ? pci : "not known", *uuid ? uuid : "not known");
     }
     return EXIT_PASS;
 }

@@ -30,6 +30,8 @@ static void print_machine(FILE *f, const struct device *d)
         fprintf(f, "  %-12s %d SMs/CUs, clock %d MHz, memory clock %d MHz, bus %d bits\n",
                 "compute:", d->attr[AT_SMS], d->attr[AT_CLOCK_KHZ] / 1000,
                 d->attr[AT_MEM_CLOCK_KHZ] / 1000, d->attr[AT_BUS_BITS]);
+        fprintf(f, "  %-12s PCI %s, UUID %s\n", "identity:", *d->pci ? d->pci : "not known",
+                *d->uuid ? d->uuid : "not known");
         if (d->pf == PF_CUDA)
             fprintf(f, "  %-12s CUDA driver API %d.%d, compiler %s\n", "software:",
                     d->driver_version / 1000, d->driver_version % 1000 / 10, d->compiler);
@@ -328,6 +330,7 @@ static void json_output(FILE *f, const struct run *r, int k, const struct result
     fprintf(f, "\"rows\":%zu,\"cols\":%zu,\"checked\":%zu,\"full\":%s,", o->rows, o->cols, x->s.n,
            x->plan.full ? "true" : "false");
     json_str(f, "verdict", x->pass ? "pass" : "fail", 1);
+    if (x->sha256[0]) json_str(f, "sha256", x->sha256, 1);
     fprintf(f, "\"gates\":{");
     for (size_t g = 0; g < N_GATES; g++) {
         fprintf(f, "%s\"%s\":{\"pass\":%s,", g ? "," : "", GATES[g].name, x->v[g].pass ? "true" : "false");
@@ -446,6 +449,7 @@ static void json_case(FILE *f, const struct run *r, const struct arm_case *ac)
     json_str(f, "inputs", INPUTS[r->c->inputs], 1);
     json_str(f, "device", r->d->name, 1);
     json_str(f, "arch", r->d->arch, 1);
+    if (r->d->kind == DEV_GPU) json_str(f, "pci_bus_id", r->d->pci, 1), json_str(f, "uuid", r->d->uuid, 1);
     json_str(f, "path", r->o->graph ? "graph" : "eager", 1);
     report_json_arm(f, ac->arm, 1);
     if (r->o->why) json_str(f, "why", r->o->why, 1);

@@ -85,6 +85,9 @@ enum inj_stage {
     INJ_REPEAT,   /* on the storage bytes of the repeated runs (--repeat) only */
     INJ_LAUNCH,   /* in the launch path, before each launch's kernels are queued */
     INJ_GRAPH,    /* on the storage bytes of the graph replay (--graph) only */
+    INJ_DIGEST,   /* on a copy of the first run's storage bytes, after the gates: its digest alone (node runs) */
+    INJ_TIMED,    /* in the timer: each timed launch runs again (node runs: a slow device) */
+    INJ_WORKER,   /* in the launch path, before the kernels: the worker dies (a faulting device) */
 };
 
 /* A planted fault: a row of INJECTS (inject.c). */
@@ -411,6 +414,9 @@ static void run_launch(struct run *r, int o)
 {
     if (!run_graph_path(r) || !r->d->arm->graphs[o].tried) r->geom[o].n = 0, r->d->geom = &r->geom[o];
     if (r->d->kind == DEV_CPU) watch_launch(), run_test_fault(r);   /* the CPU candidate runs now, inside launch */
+    const struct inject *inj = run_inject(r, INJ_WORKER);
+    struct inject_ctx ix = { .r = r, .oi = o };
+    if (inj) inj->apply(&ix);   /* --inject fault: the worker dies here, as a kernel's fault kills it */
     run_exec(r, o, r->c->op->launch, o);
     r->d->geom = NULL;
 }

@@ -73,16 +73,20 @@ static double time_one(struct run *r, int o, unsigned char flush_byte, void *pro
     struct device *d = r->d;
     dev_fill(d, d->flush, flush_byte, d->flush_bytes);
     run_poison(r, o);
+    const struct inject *slow = run_inject(r, INJ_TIMED);
+    struct inject_ctx ix = { .r = r, .oi = o };
     if (d->kind == DEV_CPU) {
         double t0 = now_s();
         watch_launch();
         run_exec(r, o, r->c->op->launch, o);
+        if (slow) slow->apply(&ix);
         watch_done();
         return (now_s() - t0) * 1e3;
     }
     float ms = 0;
     gpu_check(d, d->rt.event_record(d->ev[0], d->stream), "recording a timer event");
     run_exec(r, o, r->c->op->launch, o);
+    if (slow) slow->apply(&ix);
     gpu_check(d, d->rt.event_record(d->ev[1], d->stream), "recording a timer event");
     if (probe && slot >= 0) {
         uint64_t at = d->clock_buf + (uint64_t)slot * 2 * sizeof(uint64_t);
