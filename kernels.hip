@@ -1246,7 +1246,7 @@ __device__ static __forceinline__ void kg_wg_qpipe(float *d, int nk, int &s, uns
     kg_wg_wait<0>();
     kg_wg_touch<WG_BN / 4>(pp0);
     kg_wg_promote<SK>(d, pp0, t[0]);
-    tp[0] = t[1][0], tp[1] = t[1][1];
+    if (SK) tp[0] = t[1][0], tp[1] = t[1][1];
     int prev = s;
     unsigned px = sx, py = sy;
     if (++s == WG_STAGES) s = 0, phase ^= 1;
@@ -1263,7 +1263,7 @@ __device__ static __forceinline__ void kg_wg_qpipe(float *d, int nk, int &s, uns
         kg_wg_wait<0>();
         kg_wg_touch<WG_BN / 4>(pp0);
         kg_wg_promote<SK>(d, pp0, t[0]);
-        tp[0] = t[1][0], tp[1] = t[1][1];
+        if (SK) tp[0] = t[1][0], tp[1] = t[1][1];
         prev = s, px = sx, py = sy;
         if (++s == WG_STAGES) s = 0, phase ^= 1;
     }
