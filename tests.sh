@@ -1585,7 +1585,7 @@ has "$tmp/out" "^gemm bf16 NT 8x8x8 +- +fault +the worker died of signal 11" "fa
 expect 1 "--json: bitflip@2" $K "${NODE[@]}" --device cpu,cpu,cpu --inject bitflip@2 --json
 has "$tmp/out" '^\{"entry":2,"case":"gemm f32 NT 33x17x9",' "--json: each case line tagged with its entry"
 has "$tmp/out" '"sha256":"[0-9a-f]{64}"' "--json: each output's sha256"
-has "$tmp/out" '^\{"node":\{"devices":"cpu,cpu,cpu","slow_ratio":1.25,"slow_ratio_cpu":3,"entries":\[' "--json: the node object"
+has "$tmp/out" '^\{"node":\{"devices":"cpu,cpu,cpu","slow_ratio":1.25,"slow_ratio_cpu":3,"slow_ratio_shared":3,"entries":\[' "--json: the node object"
 has "$tmp/out" '\{"entry":2,"device":"cpu",[^]]*"disagree":\[\{"case":"gemm f32 NT 33x17x9","output":"C","sha256":"[0-9a-f]{64}","no_majority":false\}' "--json: entry 2's disagreement"
 has "$tmp/out" '"exit":1\}\}$' "--json: the node's exit"
 [ "$(grep -c '^{"entry":' "$tmp/out")" -eq 9 ] && ok "--json: 9 tagged case lines" || bad "--json: $(grep -c '^{"entry":' "$tmp/out") tagged lines, want 9"
