@@ -662,9 +662,6 @@ kg_gemm_f32(const float *X, const float *Y, float *C, int M, int N, int K, kg_i6
 #ifndef WG_NO_PACK
 #define WG_NO_PACK 0                        // 1: odd strides through the loads producer, not packed for TMA
 #endif
-#ifndef WG_QPIPE
-#define WG_QPIPE 0                          // fp8: 1 = each half's promotion under the other half's wgmma (WG_BN <= 192)
-#endif
 #define WG_BM 128                           // two consumer warpgroups x 64 rows
 #define WG_ROW 128                          // bytes of K per stage row: one 128-byte swizzle row
 #define WG_THREADS 384
@@ -893,9 +890,8 @@ KG_WG_MMA8(kg_wgmma_n64_e5m2, 64, "e5m2", KG_WG_D32, KG_WG_F32(d), "32", "33", "
 // (fma), the epilogue then scales nothing.  Each consumer waits for its own
 // wgmma before adding (making the two consumers take turns at issuing, so
 // that one adds while the other's wgmma runs, measured slower: README,
-// the variants ledger).  WG_QPIPE = 1 (WG_BN <= 192: the accumulators and
-// two partials fit in registers) adds half of them under wgmma instead
-// (kg_wg_qpipe); not yet measured.  PRODUCER / CONSUMER: the
+// the variants ledger; so did adding half of them under the next half's
+// wgmma, two partials in registers).  PRODUCER / CONSUMER: the
 // setmaxnreg split; the block holds 168 x 384 registers (__launch_bounds__(
 // 384, 1)), and a split that asks for more makes setmaxnreg.inc wait forever.
 #define KG_WG_IN16(name, t)                                                                        \
@@ -1224,56 +1220,6 @@ __device__ static __forceinline__ void kg_wg_stage_scales(float t[2][2], float n
     if (kb + 1 < nk) kg_wg_scales_load(nxt, rows, kb + 1);
 }
 
-// fp8, WG_QPIPE: one tile's nk stages for consumer c, its promotions half
-// under wgmma.  Each step sends the previous stage's half 1 (into pp1) and
-// this stage's half 0 (pp0) to the tensor cores back to back, adds pp1
-// under pp0's wgmma and frees the previous stage, then adds pp0; the first
-// stage's half 0 goes alone, the last stage's half 1 after the loop.  The
-// issues inside the loop are unconditional: ptxas serializes every wgmma
-// (C7514) when one is issued on a branch and a partial read after it.
-// s, phase: the ring position, advanced past the tile's stages.
-template <class In, int SK>
-__device__ static __forceinline__ void kg_wg_qpipe(float *d, int nk, int &s, unsigned &phase, unsigned base,
-                                                   unsigned bars, int c, int lane, const kg_wg_scale_rows &rows,
-                                                   float nxt[4]) {
-    static_assert(!WG_QPIPE || WG_BN <= 192, "WG_QPIPE holds two partials: WG_BN <= 192");
-    if (nk <= 0) return;
-    float pp0[WG_BN / 4], pp1[WG_BN / 4], t[2][2], tp[2];
-    unsigned sx = base + s * WG_STAGE_BYTES + c * 64 * 128, sy = base + s * WG_STAGE_BYTES + WG_A_BYTES;
-    if (SK) kg_wg_stage_scales(t, nxt, rows, 0, nk);
-    kg_bar_wait(bars + 8 * s, phase);
-    kg_wg_issue_half<In>(pp0, sx, sy, 0);
-    kg_wg_wait<0>();
-    kg_wg_touch<WG_BN / 4>(pp0);
-    kg_wg_promote<SK>(d, pp0, t[0]);
-    if (SK) tp[0] = t[1][0], tp[1] = t[1][1];
-    int prev = s;
-    unsigned px = sx, py = sy;
-    if (++s == WG_STAGES) s = 0, phase ^= 1;
-    for (int kb = 1; kb < nk; kb++) {
-        sx = base + s * WG_STAGE_BYTES + c * 64 * 128, sy = base + s * WG_STAGE_BYTES + WG_A_BYTES;
-        if (SK) kg_wg_stage_scales(t, nxt, rows, kb, nk);
-        kg_bar_wait(bars + 8 * s, phase);
-        kg_wg_issue_half<In>(pp1, px, py, 1);
-        kg_wg_issue_half<In>(pp0, sx, sy, 0);
-        kg_wg_wait<1>();
-        kg_wg_touch<WG_BN / 4>(pp1);
-        kg_wg_promote<SK>(d + WG_BN / 4, pp1, tp);
-        kg_wg_release(bars + 8 * (WG_STAGES + prev), lane);
-        kg_wg_wait<0>();
-        kg_wg_touch<WG_BN / 4>(pp0);
-        kg_wg_promote<SK>(d, pp0, t[0]);
-        if (SK) tp[0] = t[1][0], tp[1] = t[1][1];
-        prev = s, px = sx, py = sy;
-        if (++s == WG_STAGES) s = 0, phase ^= 1;
-    }
-    kg_wg_issue_half<In>(pp1, px, py, 1);
-    kg_wg_wait<0>();
-    kg_wg_touch<WG_BN / 4>(pp1);
-    kg_wg_promote<SK>(d + WG_BN / 4, pp1, tp);
-    kg_wg_release(bars + 8 * (WG_STAGES + prev), lane);
-}
-
 // wgmma descriptor of k16 step kk of the operand tile at `tile` (one
 // consumer's 64 rows of X, or Y^T's WG_BN rows): K-major (T = 0) 32 bytes
 // on per step; MN-major (T = 1) 16 K rows (2 KiB) on per step, the next 64
@@ -1447,7 +1393,7 @@ __device__ static inline void kg_gemm_sm90(const kg_tmap *ta, const kg_tmap *tb,
     static_assert(128 * In::PRODUCER + 256 * In::CONSUMER <= 168 * WG_THREADS, "setmaxnreg split too large");
     asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(In::CONSUMER));
     const int c = wg - 1, PW = In::PROMOTE ? WG_BN / 4 : 1;   // PW: a partial's registers
-    // fp8: part, a half's partial (WG_QPIPE: kg_wg_qpipe holds two of its own)
+    // fp8: part, a half's partial
     float d[WG_BN / 2], part[PW];
     int s = 0;
     unsigned phase = 0;
@@ -1464,9 +1410,6 @@ __device__ static inline void kg_gemm_sm90(const kg_tmap *ta, const kg_tmap *tb,
             rows = kg_wg_scale_rows_at(at, c * 64 + warp * 16 + lane / 4, N, nk, sa, sb, gra, grb, sbg);
             if (nk > 0) kg_wg_scales_load(nxt, rows, 0);
         }
-#if WG_QPIPE   // fp8 runs its own loop; kept out of the shipped build, whose code it would move
-        if (In::PROMOTE) kg_wg_qpipe<In, SK>(d, nk, s, phase, base, bars, c, lane, rows, nxt); else
-#endif
         for (int kb = 0; kb < nk; kb++) {
             const unsigned sx = base + s * WG_STAGE_BYTES + c * 64 * 128, sy = base + s * WG_STAGE_BYTES + WG_A_BYTES;
             float t[2][2];   // SK: this stage's scales, t[half][row half]

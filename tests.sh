@@ -1238,13 +1238,9 @@ if [ -x "$nvcc" ] && [ -x "$ptxas" ]; then
     probs=$(sm90_ptx_check -DWG_BN=192)
     [ -z "$probs" ] && ok "-D WG_BN=192 (128x192 tiles: wgmma n192, fp8 halves n96) builds the same way: wgmma, no spill, no warning" \
         || bad "sm_90a, WG_BN=192: $probs"
-    probs=$(sm90_ptx_check -DWG_CLUSTER=2 -DWG_STORE_V4=0 -DFB_FUSED=1 -DFB_DQ_ATOMIC=1 -DWG_BN=128 -DWG_QPIPE=1)
-    [ -z "$probs" ] && ok "the knobs' other side (-D WG_CLUSTER=2 -D WG_STORE_V4=0 -D FB_FUSED=1 -D FB_DQ_ATOMIC=1 -D WG_BN=128 -D WG_QPIPE=1) builds the same way: wgmma, no spill, no warning" \
-        || bad "sm_90a, WG_CLUSTER=2 WG_STORE_V4=0 FB_FUSED=1 FB_DQ_ATOMIC=1 WG_BN=128 WG_QPIPE=1: $probs"
-    awk '/\.entry /{name=$3; sub(/\(.*/, "", name)} /\.func /{name=""} name ~ /^kg_qgemm_sm90_/ && /wgmma\.wait_group\.sync\.aligned 1;/{n[name]++}
-         END{for (e in n) k++; exit k != 4}' "$tmp/k90.ptx" \
-        && ok "-D WG_QPIPE=1: each fp8 entry waits for one wgmma group while the other runs (wait_group 1)" \
-        || bad "-D WG_QPIPE=1: an fp8 entry without wgmma.wait_group 1 in its PTX"
+    probs=$(sm90_ptx_check -DWG_CLUSTER=2 -DWG_STORE_V4=0 -DFB_FUSED=1 -DFB_DQ_ATOMIC=1 -DWG_BN=128)
+    [ -z "$probs" ] && ok "the knobs' other side (-D WG_CLUSTER=2 -D WG_STORE_V4=0 -D FB_FUSED=1 -D FB_DQ_ATOMIC=1 -D WG_BN=128) builds the same way: wgmma, no spill, no warning" \
+        || bad "sm_90a, WG_CLUSTER=2 WG_STORE_V4=0 FB_FUSED=1 FB_DQ_ATOMIC=1 WG_BN=128: $probs"
     grep -q "kg_attn_bwd_fused_sm90_smem_d128" "$tmp/k90.ptx" && grep -q "cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32" "$tmp/k90.ptx" \
         && ok "-D FB_FUSED=1: the build publishes the fused backward's shared memory, and its dQ warp adds with a TMA bulk reduce" \
         || bad "-D FB_FUSED=1: no kg_attn_bwd_fused_sm90_smem_d128 or no bulk reduce in the PTX"
