@@ -703,31 +703,6 @@ static const float *attn_row(const float *x, size_t tok, size_t heads, size_t h,
     return x + (tok * heads + h) * d;
 }
 
-/* sum a[i]*b[i] in double (the reference: order does not matter at this precision). */
-static double dot_f64(const float *a, const float *b, size_t n)
-{
-    kg_v2d s0 = { 0, 0 }, s1 = { 0, 0 };
-    size_t i = 0;
-    for (; i + 4 <= n; i += 4) {
-        kg_v2d a0 = { a[i], a[i + 1] }, b0 = { b[i], b[i + 1] };
-        kg_v2d a1 = { a[i + 2], a[i + 3] }, b1 = { b[i + 2], b[i + 3] };
-        s0 += a0 * b0;
-        s1 += a1 * b1;
-    }
-    double s = s0[0] + s0[1] + s1[0] + s1[1];
-    for (; i < n; i++) s += (double)a[i] * b[i];
-    return s;
-}
-
-/* sum a[i]*b[i] in fp32, i in order, each product and sum rounded: the lp
- * (eager-framework) arithmetic. */
-static float dot_f32_seq(const float *a, const float *b, size_t n)
-{
-    float s = 0;
-    for (size_t i = 0; i < n; i++) s += a[i] * b[i];
-    return s;
-}
-
 /* sum a[i]*b[i] in fp32 with 8 partial sums, as a vectorised kernel adds:
  * the CPU candidate's arithmetic. */
 static float dot_f32_par(const float *a, const float *b, size_t n)
@@ -747,6 +722,53 @@ static float dot_f32_par(const float *a, const float *b, size_t n)
     return r;
 }
 
+/* Dot products for the references, up to DOT_BATCH independent ones at a
+ * time (pairs past nb repeat pair 0, their results dropped): interleaved so
+ * that their dependent adds overlap in the pipeline, each summed exactly as
+ * it would be alone. */
+#define DOT_BATCH 8
+
+/* out[b] = sum a[b][i]*c[b][i] in double, b < nb <= DOT_BATCH, four at a
+ * time; each over two pairs of partial sums (the reference: order does not
+ * matter at this precision, but it is fixed). */
+static void dot_f64_batch(const float *const *a, const float *const *c, size_t nb, size_t n, double *out)
+{
+    for (size_t b0 = 0; b0 < nb; b0 += 4) {
+        const float *x[4], *y[4];
+        kg_v2d s0[4], s1[4];
+        for (size_t b = 0; b < 4; b++) {
+            size_t k = b0 + b < nb ? b0 + b : b0;
+            x[b] = a[k], y[b] = c[k], s0[b] = (kg_v2d){ 0, 0 }, s1[b] = (kg_v2d){ 0, 0 };
+        }
+        size_t i = 0;
+        for (; i + 4 <= n; i += 4)
+            for (size_t b = 0; b < 4; b++) {
+                kg_v2d a0 = { x[b][i], x[b][i + 1] }, e0 = { y[b][i], y[b][i + 1] };
+                kg_v2d a1 = { x[b][i + 2], x[b][i + 3] }, e1 = { y[b][i + 2], y[b][i + 3] };
+                s0[b] += a0 * e0;
+                s1[b] += a1 * e1;
+            }
+        for (size_t b = 0; b < 4 && b0 + b < nb; b++) {
+            double r = s0[b][0] + s0[b][1] + s1[b][0] + s1[b][1];
+            for (size_t j = i; j < n; j++) r += (double)x[b][j] * y[b][j];
+            out[b0 + b] = r;
+        }
+    }
+}
+
+/* out[b] = sum a[b][i]*c[b][i] in fp32, i in order, each product and sum
+ * rounded (the lp, eager-framework, arithmetic), b < nb <= DOT_BATCH. */
+static void dot_f32_seq_batch(const float *const *a, const float *const *c, size_t nb, size_t n, float *out)
+{
+    if (nb == 0) return;
+    const float *x[DOT_BATCH], *y[DOT_BATCH];
+    float s[DOT_BATCH];
+    for (size_t b = 0; b < DOT_BATCH; b++) x[b] = a[b < nb ? b : 0], y[b] = c[b < nb ? b : 0], s[b] = 0;
+    for (size_t i = 0; i < n; i++)
+        for (size_t b = 0; b < DOT_BATCH; b++) s[b] += x[b][i] * y[b][i];
+    for (size_t b = 0; b < nb; b++) out[b] = s[b];
+}
+
 /* --- references: one (token, head) unit at a time --- */
 
 /* Forward, query token t, head h.  ref: in double, o[d] and *lse.  lp: the
@@ -764,12 +786,20 @@ static void attn_ref_fwd(const struct attn_geom *g, const struct attn_in *in, en
     if (nk == 0) return;
     double *s = xmalloc(nk * sizeof(double)), m = -INFINITY, l = 0;
     float *s32 = xmalloc(nk * sizeof(float)), m32 = -INFINITY, l32 = 0;
-    for (size_t j = 0; j < nk; j++) {
-        const float *k = attn_row(in->k, k0 + j, g->hkv, hk, d);
-        s[j] = g->scale * dot_f64(q, k, d);
-        s32[j] = dt_round(dt, dot_f32_seq(q, k, d) * (float)g->scale);
-        m = s[j] > m ? s[j] : m;
-        m32 = s32[j] > m32 ? s32[j] : m32;
+    for (size_t j0 = 0; j0 < nk; j0 += DOT_BATCH) {
+        size_t nb = nk - j0 < DOT_BATCH ? nk - j0 : DOT_BATCH;
+        const float *qs[DOT_BATCH], *ks[DOT_BATCH];
+        double d64[DOT_BATCH];
+        float d32[DOT_BATCH];
+        for (size_t b = 0; b < nb; b++) qs[b] = q, ks[b] = attn_row(in->k, k0 + j0 + b, g->hkv, hk, d);
+        dot_f64_batch(qs, ks, nb, d, d64);
+        dot_f32_seq_batch(qs, ks, nb, d, d32);
+        for (size_t b = 0, j = j0; b < nb; b++, j++) {
+            s[j] = g->scale * d64[b];
+            s32[j] = dt_round(dt, d32[b] * (float)g->scale);
+            m = s[j] > m ? s[j] : m;
+            m32 = s32[j] > m32 ? s32[j] : m32;
+        }
     }
     for (size_t j = 0; j < nk; j++) {
         s[j] = exp(s[j] - m), l += s[j];
@@ -802,21 +832,33 @@ static void attn_ref_stats(const struct attn_geom *g, struct attn_in *in, enum d
     in->lse_lp[t * g->hq + h] = lse_lp, in->dsum_lp[t * g->hq + h] = ds32;
 }
 
-/* One score's backward terms for query token t (head h) and key token kt
- * (KV head hk): p and ds = p·(dp - D), in double and in lp (each of s, p, dp
- * and ds rounded to dt, as eager autograd stores them). */
-static void attn_ref_pds(const struct attn_geom *g, const struct attn_in *in, enum dtype dt, size_t t,
-                         size_t h, size_t kt, size_t hk, double pd[2], float pl[2])
+/* Scores' backward terms, nb <= DOT_BATCH of them at once: score b is query
+ * token t[b] (head h[b]) with key token kt[b] (KV head hk): p and
+ * ds = p·(dp - D), in double (pd[b]) and in lp (pl[b]: each of s, p, dp and
+ * ds rounded to dt, as eager autograd stores them). */
+static void attn_ref_pds(const struct attn_geom *g, const struct attn_in *in, enum dtype dt, const size_t *t,
+                         const size_t *h, const size_t *kt, size_t hk, size_t nb, double pd[][2], float pl[][2])
 {
-    const float *q = attn_row(in->q, t, g->hq, h, g->d), *k = attn_row(in->k, kt, g->hkv, hk, g->d);
-    const float *v = attn_row(in->v, kt, g->hkv, hk, g->d), *dout = attn_row(in->dout, t, g->hq, h, g->d);
-    size_t r = t * g->hq + h;
-    double s = g->scale * dot_f64(q, k, g->d), p = isinf(in->lse_ref[r]) ? 0 : exp(s - in->lse_ref[r]);
-    pd[0] = p, pd[1] = p * (dot_f64(dout, v, g->d) - in->dsum_ref[r]);
-    float s32 = dt_round(dt, dot_f32_seq(q, k, g->d) * (float)g->scale);
-    float p32 = isinf(in->lse_lp[r]) ? 0 : dt_round(dt, expf(s32 - in->lse_lp[r]));
-    float dp32 = dt_round(dt, dot_f32_seq(dout, v, g->d));
-    pl[0] = p32, pl[1] = dt_round(dt, p32 * (dp32 - in->dsum_lp[r]));
+    const float *q[DOT_BATCH] = { 0 }, *k[DOT_BATCH] = { 0 }, *v[DOT_BATCH] = { 0 }, *dout[DOT_BATCH] = { 0 };
+    double s64[DOT_BATCH], dp64[DOT_BATCH];
+    float s32[DOT_BATCH], dp32[DOT_BATCH];
+    for (size_t b = 0; b < nb; b++) {
+        q[b] = attn_row(in->q, t[b], g->hq, h[b], g->d), dout[b] = attn_row(in->dout, t[b], g->hq, h[b], g->d);
+        k[b] = attn_row(in->k, kt[b], g->hkv, hk, g->d), v[b] = attn_row(in->v, kt[b], g->hkv, hk, g->d);
+    }
+    dot_f64_batch(q, k, nb, g->d, s64);
+    dot_f64_batch(dout, v, nb, g->d, dp64);
+    dot_f32_seq_batch(q, k, nb, g->d, s32);
+    dot_f32_seq_batch(dout, v, nb, g->d, dp32);
+    for (size_t b = 0; b < nb; b++) {
+        size_t r = t[b] * g->hq + h[b];
+        double s = g->scale * s64[b], p = isinf(in->lse_ref[r]) ? 0 : exp(s - in->lse_ref[r]);
+        pd[b][0] = p, pd[b][1] = p * (dp64[b] - in->dsum_ref[r]);
+        float sl = dt_round(dt, s32[b] * (float)g->scale);
+        float p32 = isinf(in->lse_lp[r]) ? 0 : dt_round(dt, expf(sl - in->lse_lp[r]));
+        float dpl = dt_round(dt, dp32[b]);
+        pl[b][0] = p32, pl[b][1] = dt_round(dt, p32 * (dpl - in->dsum_lp[r]));
+    }
 }
 
 /* dQ of query token t, head h: scale · sum_j ds_j K_j (ref in double; lp in
@@ -828,15 +870,40 @@ static void attn_ref_dq(const struct attn_geom *g, const struct attn_in *in, enu
     size_t hk = h / (g->hq / g->hkv), k0 = g->cu_k[b], d = g->d;
     float acc[KG_ATTN_DMAX] = { 0 };
     for (size_t c = 0; c < d; c++) dq[c] = 0;
-    for (size_t j = 0; j < nk; j++) {
-        double pd[2];
-        float pl[2];
-        attn_ref_pds(g, in, dt, t, h, k0 + j, hk, pd, pl);
-        const float *k = attn_row(in->k, k0 + j, g->hkv, hk, d);
-        for (size_t c = 0; c < d; c++) dq[c] += pd[1] * k[c], acc[c] += pl[1] * k[c];
+    for (size_t j0 = 0; j0 < nk; j0 += DOT_BATCH) {
+        size_t nb = nk - j0 < DOT_BATCH ? nk - j0 : DOT_BATCH, ts[DOT_BATCH], hs[DOT_BATCH], kts[DOT_BATCH];
+        double pd[DOT_BATCH][2];
+        float pl[DOT_BATCH][2];
+        for (size_t x = 0; x < nb; x++) ts[x] = t, hs[x] = h, kts[x] = k0 + j0 + x;
+        attn_ref_pds(g, in, dt, ts, hs, kts, hk, nb, pd, pl);
+        for (size_t x = 0; x < nb; x++) {
+            const float *k = attn_row(in->k, kts[x], g->hkv, hk, d);
+            for (size_t c = 0; c < d; c++) dq[c] += pd[x][1] * k[c], acc[c] += pl[x][1] * k[c];
+        }
     }
     for (size_t c = 0; c < d; c++)
         dq[c] *= g->scale, dq_lp[c] = dt_round(dt, acc[c] * (float)g->scale);
+}
+
+/* dK and dV's sums over nb <= DOT_BATCH scores of key token kt (KV head
+ * hk), in the given order: query token t[x], head h[x] adds p·dO to dv and
+ * av, ds·Q to dk and ak (double, then lp in fp32). */
+static void attn_ref_dkdv_add(const struct attn_geom *g, const struct attn_in *in, enum dtype dt, const size_t *t,
+                              const size_t *h, size_t kt, size_t hk, size_t nb, double *dk, double *dv, float *ak,
+                              float *av)
+{
+    size_t kts[DOT_BATCH];
+    double pd[DOT_BATCH][2];
+    float pl[DOT_BATCH][2];
+    for (size_t x = 0; x < nb; x++) kts[x] = kt;
+    attn_ref_pds(g, in, dt, t, h, kts, hk, nb, pd, pl);
+    for (size_t x = 0; x < nb; x++) {
+        const float *q = attn_row(in->q, t[x], g->hq, h[x], g->d), *dout = attn_row(in->dout, t[x], g->hq, h[x], g->d);
+        for (size_t c = 0; c < g->d; c++) {
+            dv[c] += pd[x][0] * dout[c], dk[c] += pd[x][1] * q[c];
+            av[c] += pl[x][0] * dout[c], ak[c] += pl[x][1] * q[c];
+        }
+    }
 }
 
 /* dK and dV of key token kt, KV head hk: sums over every query head of the
@@ -846,20 +913,16 @@ static void attn_ref_dkdv(const struct attn_geom *g, const struct attn_in *in, e
                           size_t hk, double *dk, double *dv, float *dk_lp, float *dv_lp)
 {
     size_t b = attn_seq_of(g->cu_k, g->b, kt), j = kt - g->cu_k[b], d = g->d, grp = g->hq / g->hkv;
+    size_t ts[DOT_BATCH], hs[DOT_BATCH], nb = 0;
     float ak[KG_ATTN_DMAX] = { 0 }, av[KG_ATTN_DMAX] = { 0 };
     for (size_t c = 0; c < d; c++) dk[c] = dv[c] = 0;
     for (size_t h = hk * grp; h < (hk + 1) * grp; h++)
         for (size_t t = g->cu_q[b]; t < g->cu_q[b + 1]; t++) {
             if (attn_visible(g, b, t - g->cu_q[b]) <= j) continue;
-            double pd[2];
-            float pl[2];
-            attn_ref_pds(g, in, dt, t, h, kt, hk, pd, pl);
-            const float *q = attn_row(in->q, t, g->hq, h, d), *dout = attn_row(in->dout, t, g->hq, h, d);
-            for (size_t c = 0; c < d; c++) {
-                dv[c] += pd[0] * dout[c], dk[c] += pd[1] * q[c];
-                av[c] += pl[0] * dout[c], ak[c] += pl[1] * q[c];
-            }
+            ts[nb] = t, hs[nb] = h;
+            if (++nb == DOT_BATCH) attn_ref_dkdv_add(g, in, dt, ts, hs, kt, hk, nb, dk, dv, ak, av), nb = 0;
         }
+    if (nb) attn_ref_dkdv_add(g, in, dt, ts, hs, kt, hk, nb, dk, dv, ak, av);
     for (size_t c = 0; c < d; c++) {
         dk[c] *= g->scale;
         dk_lp[c] = dt_round(dt, ak[c] * (float)g->scale), dv_lp[c] = dt_round(dt, av[c]);
