@@ -575,6 +575,7 @@ kg_gemm_f32(const float *X, const float *Y, float *C, int M, int N, int K, kg_i6
 //                                  scales have one block along K
 //   kg_qgemm_sm90_blk_{e4m3,e5m2}_bf16  the same with one scale per 128 of K
 //                                  (blockwise: 1 x 128 of A, 128 x 128 of B)
+//   kg_qgemm_sm90_{,blk_}{e4m3,e5m2}_f32  the two above with an fp32 output
 // Layouts, in the letters of kgate's --layout for C = X·Y (X is M x K, Y is
 // K x N): X stored N = [M][K] (K-major) or T = [K][M] (MN-major); Y stored
 // T = [N][K] (K-major) or N = [K][N] (MN-major).  ldx is the row stride of
@@ -659,6 +660,9 @@ kg_gemm_f32(const float *X, const float *Y, float *C, int M, int N, int K, kg_i6
 #ifndef WG_STORE_V4
 #define WG_STORE_V4 1                       // fp16/bf16 inputs: 1 = 16-byte stores (a quad transpose first), 0 = pairs
 #endif
+#ifndef WG_SCALE_COLS
+#define WG_SCALE_COLS 0                     // fp8 epilogue: 1 = column scales without a division where none is needed
+#endif
 #ifndef WG_NO_PACK
 #define WG_NO_PACK 0                        // 1: odd strides through the loads producer, not packed for TMA
 #endif
@@ -701,6 +705,9 @@ extern "C" __device__ int kg_gemm_sm90_layouts = 1;
 // (kg_qgemm_sm90_blk_{e4m3,e5m2}_bf16) take, one stage of 128 fp8 elements;
 // 0 or absent: blockwise scales run on the portable kernel.
 extern "C" __device__ int kg_qgemm_sm90_block = WG_ROW;
+// 1: the fp8 entries with an fp32 output (kg_qgemm_sm90_{,blk_}{e4m3,e5m2}_f32)
+// exist; kgate runs them only under --trades-precision ("Input types").
+extern "C" __device__ int kg_qgemm_sm90_f32 = 1;
 
 // A TMA descriptor (CUtensorMap): 128 opaque bytes built on the host.
 struct __align__(64) kg_tmap { unsigned long long v[16]; };
@@ -885,7 +892,10 @@ KG_WG_MMA8(kg_wgmma_n64_e5m2, 64, "e5m2", KG_WG_D32, KG_WG_F32(d), "32", "33", "
 // stage's 128 k are accumulated in a partial of WG_BN/2 columns (wgmma
 // m64n(WG_BN/2)k32, two halves) and added to the fp32 accumulators
 // (DeepGEMM's promotion): 79 dB there, still short of the portable arm's
-// fp32 sums, so the fp8 entries store bf16 only.  Blockwise scales (SK)
+// fp32 sums: an fp32 output fails its baseline there, so kgate runs the
+// fp8 _f32 entries only when told that they trade precision
+// (--trades-precision), and otherwise the portable kernel; bf16 outputs'
+// own rounding hides the difference.  Blockwise scales (SK)
 // fall on the same 128 k: each stage's partial is added times its scales
 // (fma), the epilogue then scales nothing.  Each consumer waits for its own
 // wgmma before adding (making the two consumers take turns at issuing, so
@@ -938,8 +948,18 @@ __device__ static inline void kg_wg_store16(kg_u16 *p, float v0, float v1, int t
 __device__ static inline void kg_wg_store(kg_u16 *p, float v0, float v1, int two, kg_i64 scn, kg_bf16) {
     kg_wg_store16<1>(p, v0, v1, two, scn);
 }
-__device__ static inline void kg_wg_store(kg_u16 *p, float v0, float v1, int two, kg_i64 scn, kg_f16) {
+// (kg_f16: only the WG_STORE_V4=0 build's pairs take it)
+__device__ static inline __attribute__((unused)) void kg_wg_store(kg_u16 *p, float v0, float v1, int two, kg_i64 scn,
+                                                                  kg_f16) {
     kg_wg_store16<0>(p, v0, v1, two, scn);
+}
+__device__ static inline void kg_wg_store(float *p, float v0, float v1, int two, kg_i64 scn, kg_f32) {
+    if (two && scn == 1 && ((unsigned long long)p & 7) == 0) {
+        asm volatile("st.global.v2.f32 [%0], {%1, %2};" ::"l"(p), "f"(v0), "f"(v1) : "memory");
+        return;
+    }
+    p[0] = v0;
+    if (two) p[scn] = v1;
 }
 // v0, v1 rounded to the output type, v0 in the low half (kg_wg_store16's
 // conversion, for the 16-byte stores; kept apart from it because merging the
@@ -956,8 +976,8 @@ __device__ static inline unsigned kg_wg_pack(float v0, float v1, kg_f16) {
 }
 // Within each quad of lanes (4a .. 4a+3; q = lane % 4): p[j] of lane q
 // becomes the p[q] that lane j held (a 4 x 4 transpose, two shfl.xor rounds).
-// Every lane of the warp calls it.
-__device__ static __forceinline__ void kg_quad_transpose(unsigned *p, int q) {
+// Every lane of the warp calls it (none in a WG_STORE_V4=0 build).
+__device__ static __forceinline__ __attribute__((unused)) void kg_quad_transpose(unsigned *p, int q) {
 #pragma unroll
     for (int b = 1; b <= 2; b <<= 1)
 #pragma unroll
@@ -1242,6 +1262,9 @@ __device__ static __forceinline__ void kg_wg_store_pairs(const float *d, const k
                                                          const float *sb, int gra, int grb, int sbg, int r0,
                                                          int lane) {
     const int m_lo = at.m0 + r0 + lane / 4, n_lo = at.n0 + 2 * (lane % 4);
+#if WG_SCALE_COLS   // one scale per tensor (grb >= N): read once; one per column (grb = 1): no division
+    const float *sbt = sa ? sb + at.g * sbg : nullptr, cs = sa && grb >= N ? sbt[0] : 1.0f;
+#endif
 #pragma unroll
     for (int h = 0; h < 2; h++) {
         const int m = m_lo + 8 * h;
@@ -1253,10 +1276,20 @@ __device__ static __forceinline__ void kg_wg_store_pairs(const float *d, const k
             const int n = n_lo + 8 * i;
             if (n >= N) continue;
             float v0 = d[4 * i + 2 * h], v1 = d[4 * i + 2 * h + 1];
+#if WG_SCALE_COLS
+            if (sa && grb >= N) {
+                v0 *= rs * cs;
+                v1 *= n + 1 < N ? rs * cs : 0.0f;
+            } else if (sa) {
+                v0 *= rs * sbt[grb == 1 ? n : n / grb];
+                v1 *= n + 1 < N ? rs * sbt[grb == 1 ? n + 1 : (n + 1) / grb] : 0.0f;
+            }
+#else
             if (sa) {
                 v0 *= rs * sb[at.g * sbg + n / grb];
                 v1 *= n + 1 < N ? rs * sb[at.g * sbg + (n + 1) / grb] : 0.0f;
             }
+#endif
             kg_wg_store(row + (kg_i64)n * scn, v0, v1, n + 1 < N, scn, Out());
         }
     }
@@ -1304,6 +1337,20 @@ __device__ static __forceinline__ void kg_wg_store_v4(const float *d, const kg_w
                 if (n + e < N) to[e * scn] = (kg_u16)(p[e / 2] >> (16 * (e % 2)));
         }
     }
+}
+
+// The epilogue a build takes: the 16-byte stores (tag 1: WG_STORE_V4, fp16
+// and bf16 inputs) or the pairs (tag 0); an overload, so that an output the
+// 16-byte stores cannot pack (fp32) never instantiates them.
+template <int V>
+struct kg_wg_tag {};
+template <class Out, class... A>
+__device__ static __forceinline__ void kg_wg_epilogue(kg_wg_tag<1>, A... a) {
+    kg_wg_store_v4<Out>(a...);
+}
+template <class Out, class... A>
+__device__ static __forceinline__ void kg_wg_epilogue(kg_wg_tag<0>, A... a) {
+    kg_wg_store_pairs<Out>(a...);
 }
 
 // The body of every sm_90a GEMM entry (see the section comment).  In: input
@@ -1451,10 +1498,8 @@ __device__ static inline void kg_gemm_sm90(const kg_tmap *ta, const kg_tmap *tb,
         // (kgate compare, e4m3 8192^3), while fp16/bf16 gained 4-8%.
         typename Out::S *Cg = RK ? C + (kg_i64)at.g * scg : C;
         const float *esa = SK ? nullptr : sa;   // SK: the scales are in the sums already
-        if (WG_STORE_V4 && !In::PROMOTE)
-            kg_wg_store_v4<Out>(d, at, Cg, N, scm, scn, esa, sb, gra, grb, sbg, c * 64 + warp * 16, lane);
-        else
-            kg_wg_store_pairs<Out>(d, at, Cg, N, scm, scn, esa, sb, gra, grb, sbg, c * 64 + warp * 16, lane);
+        kg_wg_epilogue<Out>(kg_wg_tag<WG_STORE_V4 && !In::PROMOTE>(), d, at, Cg, N, scm, scn, esa, sb, gra, grb,
+                            sbg, c * 64 + warp * 16, lane);
     }
 }
 #if WG_CLUSTER > 1
@@ -1513,6 +1558,10 @@ KG_QGEMM_SM90_ENTRY(kg_qgemm_sm90_e4m3_bf16, kg_wg_e4m3, kg_bf16, 0)
 KG_QGEMM_SM90_ENTRY(kg_qgemm_sm90_e5m2_bf16, kg_wg_e5m2, kg_bf16, 0)
 KG_QGEMM_SM90_ENTRY(kg_qgemm_sm90_blk_e4m3_bf16, kg_wg_e4m3, kg_bf16, 1)
 KG_QGEMM_SM90_ENTRY(kg_qgemm_sm90_blk_e5m2_bf16, kg_wg_e5m2, kg_bf16, 1)
+KG_QGEMM_SM90_ENTRY(kg_qgemm_sm90_e4m3_f32, kg_wg_e4m3, kg_f32, 0)
+KG_QGEMM_SM90_ENTRY(kg_qgemm_sm90_e5m2_f32, kg_wg_e5m2, kg_f32, 0)
+KG_QGEMM_SM90_ENTRY(kg_qgemm_sm90_blk_e4m3_f32, kg_wg_e4m3, kg_f32, 1)
+KG_QGEMM_SM90_ENTRY(kg_qgemm_sm90_blk_e5m2_f32, kg_wg_e5m2, kg_f32, 1)
 
 // Pack rows for TMA: `rows` rows of `cols` elements of eb bytes (1 or 2)
 // into dst, `dld` bytes apart (a multiple of 16); the bytes of a row past

@@ -892,7 +892,7 @@ static void attn_ref_dkdv_add(const struct attn_geom *g, const struct attn_in *i
                               const size_t *h, size_t kt, size_t hk, size_t nb, double *dk, double *dv, float *ak,
                               float *av)
 {
-    size_t kts[DOT_BATCH];
+    size_t kts[DOT_BATCH] = { 0 };
     double pd[DOT_BATCH][2];
     float pl[DOT_BATCH][2];
     for (size_t x = 0; x < nb; x++) kts[x] = kt;

@@ -1191,6 +1191,7 @@ echo "== sm_90a fast paths: wgmma in kernels.hip's sm_90a build (no GPU)"
 FAST90="kg_gemm_sm90_bf16 kg_gemm_sm90_f16 kg_gemm_sm90_nn_bf16 kg_gemm_sm90_nn_f16 kg_gemm_sm90_tn_bf16
         kg_gemm_sm90_tn_f16 kg_gemm_sm90_tt_bf16 kg_gemm_sm90_tt_f16 kg_gemm_sm90_wgrad_bf16 kg_gemm_sm90_wgrad_f16
         kg_qgemm_sm90_e4m3_bf16 kg_qgemm_sm90_e5m2_bf16 kg_qgemm_sm90_blk_e4m3_bf16 kg_qgemm_sm90_blk_e5m2_bf16
+        kg_qgemm_sm90_e4m3_f32 kg_qgemm_sm90_e5m2_f32 kg_qgemm_sm90_blk_e4m3_f32 kg_qgemm_sm90_blk_e5m2_f32
         kg_attn_fwd_sm90_d64_bf16 kg_attn_fwd_sm90_d128_bf16 kg_attn_fwd_sm90_d256_bf16
         kg_attn_fwd_sm90_d64_f16 kg_attn_fwd_sm90_d128_f16 kg_attn_fwd_sm90_d256_f16
         kg_attn_bwd_dkdv_sm90_d64_bf16 kg_attn_bwd_dkdv_sm90_d128_bf16 kg_attn_bwd_dkdv_sm90_d64_f16
@@ -1238,9 +1239,9 @@ if [ -x "$nvcc" ] && [ -x "$ptxas" ]; then
     probs=$(sm90_ptx_check -DWG_BN=192)
     [ -z "$probs" ] && ok "-D WG_BN=192 (128x192 tiles: wgmma n192, fp8 halves n96) builds the same way: wgmma, no spill, no warning" \
         || bad "sm_90a, WG_BN=192: $probs"
-    probs=$(sm90_ptx_check -DWG_CLUSTER=2 -DWG_STORE_V4=0 -DFB_FUSED=1 -DFB_DQ_ATOMIC=1 -DWG_BN=128)
-    [ -z "$probs" ] && ok "the knobs' other side (-D WG_CLUSTER=2 -D WG_STORE_V4=0 -D FB_FUSED=1 -D FB_DQ_ATOMIC=1 -D WG_BN=128) builds the same way: wgmma, no spill, no warning" \
-        || bad "sm_90a, WG_CLUSTER=2 WG_STORE_V4=0 FB_FUSED=1 FB_DQ_ATOMIC=1 WG_BN=128: $probs"
+    probs=$(sm90_ptx_check -DWG_CLUSTER=2 -DWG_STORE_V4=0 -DFB_FUSED=1 -DFB_DQ_ATOMIC=1 -DWG_BN=128 -DWG_SCALE_COLS=1)
+    [ -z "$probs" ] && ok "the knobs' other side (-D WG_CLUSTER=2 -D WG_STORE_V4=0 -D FB_FUSED=1 -D FB_DQ_ATOMIC=1 -D WG_BN=128 -D WG_SCALE_COLS=1) builds the same way: wgmma, no spill, no warning" \
+        || bad "sm_90a, WG_CLUSTER=2 WG_STORE_V4=0 FB_FUSED=1 FB_DQ_ATOMIC=1 WG_BN=128 WG_SCALE_COLS=1: $probs"
     grep -q "kg_attn_bwd_fused_sm90_smem_d128" "$tmp/k90.ptx" && grep -q "cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32" "$tmp/k90.ptx" \
         && ok "-D FB_FUSED=1: the build publishes the fused backward's shared memory, and its dQ warp adds with a TMA bulk reduce" \
         || bad "-D FB_FUSED=1: no kg_attn_bwd_fused_sm90_smem_d128 or no bulk reduce in the PTX"

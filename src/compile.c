@@ -358,6 +358,7 @@ struct arm {
     int sm90_pack;                /* 1: operands TMA cannot read are packed first (kg_pack_rows) */
     int sm90_layouts;             /* 1: it has every layout's entry (kg_gemm_sm90_{nn,tn,tt}_<dt>) */
     int sm90_qblock;              /* kg_qgemm_sm90_block: the K of a scale block kg_qgemm_sm90_blk_* take (0: none) */
+    int sm90_qf32;                /* kg_qgemm_sm90_f32: 1 = it has the fp8 entries with an fp32 output (kg_qgemm_sm90_*_f32) */
     int attn_sm90_smem[3];        /* kg_attn_sm90_smem_d{64,128,256}: > 0 = it has that sm_90a attention forward */
     int attn_bwd_smem[2][2];      /* [d64, d128][dK/dV, dQ]: kg_attn_bwd_sm90_smem_d<D>, kg_attn_bwd_dq_sm90_smem_d<D> */
     int attn_bwd_bm, attn_bwd_dq_bn;  /* the sm_90a backward's boxes: dK/dV's query rows, dQ's keys (64 or 128) */
@@ -432,7 +433,7 @@ static void arm_read_attn_bwd(struct device *d, struct arm *a)
 static void arm_build(struct device *d, struct arm *a)
 {
     a->tile_m = a->tile_n = a->f32_tile_m = a->f32_tile_n = 64;
-    a->sm90_smem = a->sm90_qblock = 0;
+    a->sm90_smem = a->sm90_qblock = a->sm90_qf32 = 0;
     memset(a->attn_sm90_smem, 0, sizeof a->attn_sm90_smem);
     memset(a->attn_bwd_smem, 0, sizeof a->attn_bwd_smem);
     a->attn_bwd_fused_smem = 0;
@@ -468,6 +469,7 @@ static void arm_build(struct device *d, struct arm *a)
     if (a->sm90_qblock != 0 && a->sm90_qblock != 128)
         die(EXIT_DEVICE, "%s publishes blockwise sm_90a fp8 entries for scale blocks of %d along K (want 128, one "
             "stage of fp8)", a->src_name, a->sm90_qblock);
+    a->sm90_qf32 = a->sm90_smem ? module_int(d, "kg_qgemm_sm90", "_f32", 0) == 1 : 0;
     static const char *const attn_smem[3] = { "_smem_d64", "_smem_d128", "_smem_d256" };
     for (int i = 0; i < 3; i++) {
         a->attn_sm90_smem[i] = module_int(d, "kg_attn_sm90", attn_smem[i], 0);

@@ -330,12 +330,14 @@ static void q_cpu_product(struct run *r, const struct output *p)
 
 /* A low-precision product through the sm_90a fp8 GEMM when the current arm
  * has it and the case qualifies: OCP E4M3 or E5M2 with fp32 scales, plain
- * or grouped, bf16 output (the fp8 tensor-core sums fall short of an fp32
- * output's baseline; kernels.hip "Input types"), scales of one block along
- * K (per tensor or per row: kg_qgemm_sm90_<fmt>_bf16, scaled in the
- * epilogue) or of the stage's 128 along K whose row blocks of B hold whole
- * halves of the tile (blockwise: kg_qgemm_sm90_blk_<fmt>_bf16, scaled as
- * each stage is added).  Returns 0, launching nothing, otherwise. */
+ * or grouped; scales of one block along K (per tensor or per row:
+ * kg_qgemm_sm90_<fmt>_<out>, scaled in the epilogue) or of the stage's 128
+ * along K whose row blocks of B hold whole halves of the tile (blockwise:
+ * kg_qgemm_sm90_blk_<fmt>_<out>, scaled as each stage is added); a bf16
+ * output, or an fp32 one under --trades-precision when the arm has those
+ * entries (their fp8 tensor-core sums, promoted every 128 of K, fall short
+ * of an fp32 output's baseline against the portable kernel's fp32 sums:
+ * kernels.hip "Input types").  Returns 0, launching nothing, otherwise. */
 static int q_sm90_launch(struct run *r, struct output *p)
 {
     const struct arm *a = r->d->arm;
@@ -344,17 +346,21 @@ static int q_sm90_launch(struct run *r, struct output *p)
     int gra = (int)q->op[0].g.gr, grb = (int)q->op[1].g.gr;
     int whole = q->gk >= L->k, blocks = a->sm90_qblock && q->gk == (size_t)a->sm90_qblock &&
                                         a->sm90_tile_n >= 2 && grb % (a->sm90_tile_n / 2) == 0;
+    int f32 = p->dt == DT_F32 && r->o->trades_precision && a->sm90_qf32;
     if (a->sm90_smem <= 0 || (q->f != Q_E4M3 && q->f != Q_E5M2) || q->rule != QR_AMAX || !(whole || blocks) ||
-        p->dt != DT_BF16)
+        (p->dt != DT_BF16 && !f32))
         return 0;
-    static const char *const fname[2][2] = { { "kg_qgemm_sm90_e4m3_bf16", "kg_qgemm_sm90_e5m2_bf16" },
-                                             { "kg_qgemm_sm90_blk_e4m3_bf16", "kg_qgemm_sm90_blk_e5m2_bf16" } };
+    static const char *const fname[2][2][2] = {
+        { { "kg_qgemm_sm90_e4m3_bf16", "kg_qgemm_sm90_e5m2_bf16" },
+          { "kg_qgemm_sm90_blk_e4m3_bf16", "kg_qgemm_sm90_blk_e5m2_bf16" } },
+        { { "kg_qgemm_sm90_e4m3_f32", "kg_qgemm_sm90_e5m2_f32" },
+          { "kg_qgemm_sm90_blk_e4m3_f32", "kg_qgemm_sm90_blk_e5m2_f32" } } };
     struct sm90_args s;
     sm90_args(r, L, 1, p->dt, 0, 0, &s);
     void *params[] = { &s.ta, &s.tb, &s.use_tma, &s.x, &s.y, (void *)&q->op[0].d_scales,
                        (void *)&q->op[1].d_scales, &p->buf, &L->doffs, &s.G, &s.units, &s.M, &s.N, &s.K, &gra,
                        &grb };
-    gpu_launch_dims(r->d, fname[!whole][q->f == Q_E5M2], &s.l, params);
+    gpu_launch_dims(r->d, fname[f32][!whole][q->f == Q_E5M2], &s.l, params);
     return 1;
 }
 
