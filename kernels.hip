@@ -27,6 +27,8 @@
 //   kg_qgemm_sm90_{e4m3,e5m2}_bf16     the same for fp8 with per-tensor or per-row scales
 //   kg_qgemm_sm90_blk_{e4m3,e5m2}_bf16 the same with blockwise scales (1 x 128 of A, 128 x 128 of B)
 //   kg_pack_rows                       copies an operand TMA cannot read into 16-byte rows
+// gfx942 only (CDNA3: MFMA; optional in a --kernels file):
+//   kg_gemm_mfma_{f16,bf16}            kg_gemm_<dt> on v_mfma_f32_32x32x8 (every layout, strided)
 
 // ===== Prelude: the few names that differ between compilers =====
 
@@ -1590,6 +1592,233 @@ extern "C" __global__ void kg_pack_rows(const unsigned char *src, unsigned char 
     }
 }
 #endif // KG_SM90
+
+// ===== GEMM, CDNA3 path (gfx942): MFMA =====
+//
+// kg_gemm_mfma_{f16,bf16}: kg_gemm_<dt>'s product, arguments and contract
+// (strided operands, so every layout and the backward products; rows and
+// columns outside M, N neither read nor written; K = 0 writes zeros) on the
+// matrix cores: v_mfma_f32_32x32x8_{f16,bf16}, fp32 accumulation, the same
+// instruction sequence on every run (deterministic, no atomics).
+//   - Grid: (ceil(N/MF_BN), ceil(M/MF_BM)), MF_THREADS = 256 threads, four
+//     waves of 64 in 2 x 2: wave w owns the tile's rows 64(w/2) .. +63 and
+//     columns 64(w%2) .. +63 as 2 x 2 MFMA blocks of 32 x 32 (64 fp32
+//     accumulators a lane).
+//   - K in steps of MF_BK = 32.  Each thread loads its share of the next
+//     step's X and Y^T tiles into registers while its wave runs the current
+//     step's 16 MFMAs from LDS; then a barrier, the registers into LDS, a
+//     barrier.  Where K is contiguous in memory an operand is read 8
+//     elements (16 bytes) at a time when the 8 lie inside the matrix and the
+//     address is aligned, element by element otherwise; where it is not,
+//     element by element with the contiguous index fastest.  Outside M, N or
+//     K: zeros.
+//   - LDS: X's tile [MF_BM][MF_LD] and Y^T's [MF_BN][MF_LD], 16-bit, K
+//     contiguous; MF_LD = MF_BK + 4 puts the rows 72 bytes apart, so that the
+//     32 rows a fragment read touches spread over the banks.
+//   - Fragments, from AMD's documented lane layout (the matrix instruction
+//     calculator, CDNA3; its tables are .ci/mfma_gfx942_32x32x8.txt): lane l
+//     gives A's row l%32 at k = 4(l/32) .. +3, and B's column l%32 at the
+//     same k (8 contiguous bytes of LDS each); accumulator i of lane l is
+//     D's row 8(i/4) + 4(l/32) + i%4, column l%32.
+// The index functions between the kgate-index marks are plain C: tests.sh
+// compiles them with a C compiler, checks them against the calculator's
+// tables and computes tiles through them on the CPU (no AMD GPU here).
+
+#if defined(__gfx942__) && !defined(KG_PORTABLE)
+#define KG_MFMA 1
+#endif
+
+#if defined(KG_MFMA)
+#define KG_IX __device__ static inline
+
+// >>> kgate-index (plain C)
+#define MF_BM 128
+#define MF_BN 128
+#define MF_BK 32
+#define MF_LD (MF_BK + 4)
+#define MF_THREADS 256
+// v_mfma_f32_32x32x8_{f16,bf16}: lane l (0..63), element i of its operand.
+// A's row (and B's column) of lane l; the k of its element i (i < 4):
+KG_IX int kg_mf_ab_rc(int l) { return l % 32; }
+KG_IX int kg_mf_ab_k(int l, int i) { return 4 * (l / 32) + i; }
+// The row and column of D that accumulator i (i < 16) of lane l holds:
+KG_IX int kg_mf_d_row(int l, int i) { return 8 * (i / 4) + 4 * (l / 32) + i % 4; }
+KG_IX int kg_mf_d_col(int l) { return l % 32; }
+// Wave w's first row and column in the tile; MFMA block b (0, 1) 32 on.
+KG_IX int kg_mf_wave_row(int w) { return 64 * (w / 2); }
+KG_IX int kg_mf_wave_col(int w) { return 64 * (w % 2); }
+// The LDS element of a tile's row r, k.
+KG_IX int kg_mf_lds(int r, int k) { return r * MF_LD + k; }
+// Thread t's load j of a tile (128 rows x MF_BK), as (row, k) of its first
+// element: K contiguous (v = 1): loads j < 2 of 8 elements along K;
+// otherwise (v = 0): loads j < 16 of one element, the row fastest.
+KG_IX int kg_mf_load_row(int v, int t, int j) { return v ? (t + MF_THREADS * j) / (MF_BK / 8) : (t + MF_THREADS * j) % 128; }
+KG_IX int kg_mf_load_k(int v, int t, int j) { return v ? 8 * ((t + MF_THREADS * j) % (MF_BK / 8)) : (t + MF_THREADS * j) / 128; }
+// <<< kgate-index
+
+typedef float kg_mf_acc __attribute__((ext_vector_type(16)));
+typedef short kg_mf_s4 __attribute__((ext_vector_type(4)));
+typedef _Float16 kg_mf_h4 __attribute__((ext_vector_type(4)));
+typedef unsigned kg_mf_u4 __attribute__((ext_vector_type(4)));
+
+// One MFMA 32x32x8 of the storage type: acc += A(a) B(b), a and b the
+// lane's four 16-bit elements (8 bytes, the first in the low bits).
+__device__ static inline kg_mf_acc kg_mf_mma(unsigned long long a, unsigned long long b, kg_mf_acc acc, kg_bf16) {
+    return __builtin_amdgcn_mfma_f32_32x32x8bf16_1k(__builtin_bit_cast(kg_mf_s4, a), __builtin_bit_cast(kg_mf_s4, b),
+                                                    acc, 0, 0, 0);
+}
+__device__ static inline kg_mf_acc kg_mf_mma(unsigned long long a, unsigned long long b, kg_mf_acc acc, kg_f16) {
+    return __builtin_amdgcn_mfma_f32_32x32x8f16(__builtin_bit_cast(kg_mf_h4, a), __builtin_bit_cast(kg_mf_h4, b), acc,
+                                                0, 0, 0);
+}
+
+// One operand's next tile in a thread's registers: 16 elements, two to a
+// word (element 2i in w[i]'s low half), at the positions kg_mf_load_row/_k
+// give for the operand's mode.
+struct kg_mf_part { unsigned w[8]; };
+
+// Thread t's share of the tile of rows [r0, r0 + 128) (of R) and k [k0,
+// k0 + MF_BK) (of K) of an operand whose element (r, k) is at P + r*sr +
+// k*sk, into q (zeros outside R or K); mode: K contiguous (sk = 1) or not.
+__device__ static inline void kg_mf_fetch(kg_mf_part &q, const kg_u16 *P, kg_i64 sr, kg_i64 sk, int R, int K,
+                                          int r0, int k0, int t) {
+    if (sk == 1) {
+#pragma unroll
+        for (int j = 0; j < 2; j++) {
+            const int r = r0 + kg_mf_load_row(1, t, j), k = k0 + kg_mf_load_k(1, t, j);
+            const kg_u16 *p = P + (kg_i64)r * sr + k;
+            if (r < R && k + 7 < K && ((unsigned long long)p & 15) == 0) {
+                const kg_mf_u4 v = *(const kg_mf_u4 *)p;
+                q.w[4 * j] = v.x, q.w[4 * j + 1] = v.y, q.w[4 * j + 2] = v.z, q.w[4 * j + 3] = v.w;
+                continue;
+            }
+#pragma unroll
+            for (int e = 0; e < 8; e += 2)
+                q.w[4 * j + e / 2] = (r < R && k + e < K ? p[e] : 0u) | (r < R && k + e + 1 < K ? p[e + 1] : 0u) << 16;
+        }
+        return;
+    }
+#pragma unroll
+    for (int j = 0; j < 16; j += 2) {
+        unsigned h[2];
+#pragma unroll
+        for (int e = 0; e < 2; e++) {
+            const int r = r0 + kg_mf_load_row(0, t, j + e), k = k0 + kg_mf_load_k(0, t, j + e);
+            h[e] = r < R && k < K ? P[(kg_i64)r * sr + (kg_i64)k * sk] : 0u;
+        }
+        q.w[j / 2] = h[0] | h[1] << 16;
+    }
+}
+
+// q into the LDS tile s, at the positions it was fetched from (mode v: K
+// contiguous).
+__device__ static inline void kg_mf_put(const kg_mf_part &q, kg_u16 *s, int v, int t) {
+    if (v) {
+#pragma unroll
+        for (int j = 0; j < 2; j++) {
+            kg_u16 *d = s + kg_mf_lds(kg_mf_load_row(1, t, j), kg_mf_load_k(1, t, j));
+#pragma unroll
+            for (int h = 0; h < 2; h++)   // 8-byte stores: the rows are 72 bytes apart
+                *(unsigned long long *)(d + 4 * h) =
+                    q.w[4 * j + 2 * h] | (unsigned long long)q.w[4 * j + 2 * h + 1] << 32;
+        }
+        return;
+    }
+#pragma unroll
+    for (int j = 0; j < 16; j++)
+        s[kg_mf_lds(kg_mf_load_row(0, t, j), kg_mf_load_k(0, t, j))] = (kg_u16)(q.w[j / 2] >> (16 * (j % 2)));
+}
+
+// One K step of wave w's 2 x 2 blocks from the LDS tiles xs, ys (lane l).
+// Unrolled by 2, not 4: fully unrolled, clang-19 hoists all 16 fragment
+// reads and needs 228 VGPRs (one wave a SIMD); by 2, 108.
+template <class D>
+__device__ static inline void kg_mf_step(kg_mf_acc acc[2][2], const kg_u16 *xs, const kg_u16 *ys, int w, int l) {
+#pragma unroll 2
+    for (int kk = 0; kk < MF_BK; kk += 8) {
+        unsigned long long a[2], b[2];
+#pragma unroll
+        for (int x = 0; x < 2; x++) {
+            a[x] = *(const unsigned long long *)(xs + kg_mf_lds(kg_mf_wave_row(w) + 32 * x + kg_mf_ab_rc(l),
+                                                                  kk + kg_mf_ab_k(l, 0)));
+            b[x] = *(const unsigned long long *)(ys + kg_mf_lds(kg_mf_wave_col(w) + 32 * x + kg_mf_ab_rc(l),
+                                                                  kk + kg_mf_ab_k(l, 0)));
+        }
+#pragma unroll
+        for (int x = 0; x < 2; x++)
+#pragma unroll
+            for (int y = 0; y < 2; y++) acc[x][y] = kg_mf_mma(a[x], b[y], acc[x][y], D());
+    }
+}
+
+// The block's MF_BM x MF_BN tile of C at (m0, n0): kg_gemm_portable's
+// contract on the matrix cores (the section comment).  Every thread of the
+// block must call it.
+template <class D>
+__device__ static inline void kg_gemm_mfma(const kg_u16 *X, const kg_u16 *Y, kg_u16 *C, int M, int N, int K,
+                                           kg_i64 sxm, kg_i64 sxk, kg_i64 syk, kg_i64 syn, kg_i64 scm, kg_i64 scn,
+                                           int m0, int n0) {
+    __shared__ kg_u16 xs[MF_BM * MF_LD], ys[MF_BN * MF_LD];
+    const int t = (int)kg_tid(), w = t / 64, l = t % 64, vx = sxk == 1, vy = syk == 1;
+    kg_mf_acc acc[2][2];
+#pragma unroll
+    for (int x = 0; x < 2; x++)
+#pragma unroll
+        for (int y = 0; y < 2; y++)
+#pragma unroll
+            for (int i = 0; i < 16; i++) acc[x][y][i] = 0.0f;
+    kg_mf_part qx, qy;
+    if (K > 0) {
+        kg_mf_fetch(qx, X, sxm, sxk, M, K, m0, 0, t);
+        kg_mf_fetch(qy, Y, syn, syk, N, K, n0, 0, t);
+        kg_mf_put(qx, xs, vx, t);
+        kg_mf_put(qy, ys, vy, t);
+        kg_sync();
+    }
+    for (int k0 = 0; k0 < K; k0 += MF_BK) {
+        const int more = k0 + MF_BK < K;
+        if (more) {   // the next step's tiles load while this one computes
+            kg_mf_fetch(qx, X, sxm, sxk, M, K, m0, k0 + MF_BK, t);
+            kg_mf_fetch(qy, Y, syn, syk, N, K, n0, k0 + MF_BK, t);
+        }
+        kg_mf_step<D>(acc, xs, ys, w, l);
+        kg_sync();
+        if (more) {
+            kg_mf_put(qx, xs, vx, t);
+            kg_mf_put(qy, ys, vy, t);
+            kg_sync();
+        }
+    }
+#pragma unroll
+    for (int x = 0; x < 2; x++)
+#pragma unroll
+        for (int y = 0; y < 2; y++) {
+            const int n = n0 + kg_mf_wave_col(w) + 32 * y + kg_mf_d_col(l);
+#pragma unroll
+            for (int i = 0; i < 16; i++) {
+                const int m = m0 + kg_mf_wave_row(w) + 32 * x + kg_mf_d_row(l, i);
+                if (m < M && n < N) C[(kg_i64)m * scm + (kg_i64)n * scn] = D::st(acc[x][y][i]);
+            }
+        }
+}
+
+// The tile kgate sizes kg_gemm_mfma_<dt>'s grid by; its presence says the
+// entries exist (gfx942 builds).
+extern "C" __device__ int kg_gemm_mfma_tile = MF_BM;
+
+#define KG_GEMM_MFMA_ENTRY(name, D)                                                           \
+    KG_ATOMICS(name, 0)                                                                      \
+    extern "C" __global__ void KG_LAUNCH_BOUNDS(MF_THREADS)                                 \
+    name(const D::S *X, const D::S *Y, D::S *C, int M, int N, int K, kg_i64 sxm, kg_i64 sxk, \
+         kg_i64 syk, kg_i64 syn, kg_i64 scm, kg_i64 scn)                                     \
+    {                                                                                        \
+        kg_gemm_mfma<D>(X, Y, C, M, N, K, sxm, sxk, syk, syn, scm, scn,                      \
+                        (int)kg_bid_y() * MF_BM, (int)kg_bid_x() * MF_BN);                   \
+    }
+
+KG_GEMM_MFMA_ENTRY(kg_gemm_mfma_f16, kg_f16)
+KG_GEMM_MFMA_ENTRY(kg_gemm_mfma_bf16, kg_bf16)
+#endif // KG_MFMA
 
 // ===== Grouped GEMM (MoE), portable path =====
 //

@@ -948,12 +948,13 @@ echo "== clang-19 compiles kernels.hip for gfx942 (AMD, no HIP headers)"
 entry_points="kg_gemm_f32 kg_gemm_f16 kg_gemm_bf16 kg_grouped_bf16 kg_grouped_wgrad_f16 kg_attn_fwd_bf16
               kg_attn_fwd_f16 kg_attn_bwd_pre_bf16 kg_attn_bwd_dkdv_bf16 kg_attn_bwd_dq_f16
               kg_quantize kg_qgemm_bf16 kg_qgemm_f32 kg_qgrouped_bf16 kg_qgrouped_f32"
+mfma_entries="kg_gemm_mfma_f16 kg_gemm_mfma_bf16"   # gfx942 only
 if command -v clang-19 >/dev/null && command -v llvm-objdump-19 >/dev/null; then
     if clang-19 -x hip --offload-arch=gfx942 -nogpulib -nogpuinc --cuda-device-only --no-gpu-bundle-output \
         -O3 -Wall -Werror kernels.hip -o "$tmp/k.co" >"$tmp/err" 2>&1; then
         ok "clang-19 compiles kernels.hip for gfx942 without warnings"
         llvm-objdump-19 -d "$tmp/k.co" >"$tmp/dis"
-        for k in $entry_points; do
+        for k in $entry_points $mfma_entries; do
             has "$tmp/dis" "<$k>:" "gfx942 code object has $k"
         done
         n=$(grep -cE "v_(pk_)?fma" "$tmp/dis")
@@ -965,6 +966,30 @@ if command -v clang-19 >/dev/null && command -v llvm-objdump-19 >/dev/null; then
 else
     echo "skip: clang-19 / llvm-objdump-19 not installed (.ci/run installs them)"
 fi
+
+echo "== gfx942 MFMA index math on the CPU (.ci/mfma_check.c against AMD's calculator tables)"
+# mfma_check DIR: the kgate-index block of kernels.hip (or DIR/mfidx.h if already there) and the check, built in DIR
+mfma_check() {
+    mkdir -p "$1"
+    [ -e "$1/mfidx.h" ] || awk '/>>> kgate-index/{p=1; next} /<<< kgate-index/{p=0} p' kernels.hip >"$1/mfidx.h"
+    cp .ci/mfma_check.c "$1/" && cc -std=c11 -Wall -Wextra -Werror -O2 -o "$1/check" "$1/mfma_check.c" >"$1/build" 2>&1 \
+        && "$1/check" .ci/mfma_gfx942_32x32x8.txt >"$1/out" 2>&1
+}
+if mfma_check "$tmp/mfi"; then
+    ok "kernels.hip's MFMA index functions: the lane layouts of A, B and D agree with the calculator's tables; $(grep -c '^exact' "$tmp/mfi/out") tiles exact (both majors of each operand, tails, K = 0)"
+else bad "MFMA index check: $(head -c 600 "$tmp/mfi/build" "$tmp/mfi/out" 2>/dev/null)"; fi
+# planted: an accumulator row formula without its i % 4; an 8-element load that skips half of K's step
+mkdir -p "$tmp/mfp1" "$tmp/mfp2"
+awk '/>>> kgate-index/{p=1; next} /<<< kgate-index/{p=0} p' kernels.hip \
+    | sed 's|return 8 \* (i / 4) + 4 \* (l / 32) + i % 4;|return 8 * (i / 4) + 4 * (l / 32);|' >"$tmp/mfp1/mfidx.h"
+awk '/>>> kgate-index/{p=1; next} /<<< kgate-index/{p=0} p' kernels.hip \
+    | sed 's|8 \* ((t + MF_THREADS \* j) % (MF_BK / 8))|8 * ((t + MF_THREADS * j) % (MF_BK / 16))|' >"$tmp/mfp2/mfidx.h"
+if ! mfma_check "$tmp/mfp1" && grep -q "^D: lane 0 accumulator 1: kernel (0,0), calculator (1,0)" "$tmp/mfp1/out" \
+    && grep -q "^WRONG" "$tmp/mfp1/out"; then ok "planted: an accumulator row without i % 4 is named against the table, and its tiles are wrong"
+else bad "planted D row: $(head -c 400 "$tmp/mfp1/out")"; fi
+if ! mfma_check "$tmp/mfp2" && grep -q "^agree" "$tmp/mfp2/out" && grep -q "^WRONG: 128x128x32, X K-contiguous" "$tmp/mfp2/out"; then
+    ok "planted: a K-contiguous load covering half the step passes the table check and fails the tiles ($(grep -c '^WRONG' "$tmp/mfp2/out") of 20)"
+else bad "planted load: $(head -c 400 "$tmp/mfp2/out")"; fi
 
 echo "== kgate isa: matrix instructions, registers, LDS and spills per kernel (gfx942 by clang-19, no GPU)"
 # col KERNEL COLUMN : the value under COLUMN (a heading of kgate isa's table) in KERNEL's row of $tmp/out
@@ -1030,11 +1055,25 @@ EOF
     done
     rows=$(grep -c "^kg_" "$tmp/out")
     zero=$(grep "^kg_" "$tmp/out" | while read -r k _; do [ "$(col "$k" matrix)" = 0 ] && echo; done | wc -l)
-    [ "$listed" -eq 15 ] && [ "$zero" -eq "$rows" ] \
-        && ok "isa lists kernels.hip's $rows kernels for gfx942 (the 15 checked among them), none with a matrix instruction" \
+    [ "$listed" -eq 15 ] && [ "$zero" -eq $((rows - 2)) ] \
+        && ok "isa lists kernels.hip's $rows kernels for gfx942 (the 15 portable entries checked among them); all but the 2 MFMA GEMMs without a matrix instruction" \
         || bad "kernels.hip gfx942: $listed of 15 entry points listed, $zero of $rows rows with 0 matrix instructions"
-    expect 1 "isa --expect mfma fails on kernels.hip (no MFMA yet)" $K isa --arch gfx942 --expect mfma
-    has "$tmp/out" "^expect mfma: FAIL: none of the $rows kernels holds mfma instructions" "the failure says none of them has it"
+    # each MFMA entry: v_mfma_f32_32x32x8 (8 a loop body: one K step, unrolled by 2), no scratch or spill, and
+    # registers and LDS that let two blocks (8 waves, 2 a SIMD) share a CU: VGPRs + AGPRs <= 256, LDS <= 32 KiB
+    for k in $mfma_entries; do
+        m=$(col $k mfma) v=$(col $k vgpr) a=$(col $k agpr) lds=$(col $k lds) scr=$(col $k scratch) sp=$(col $k vspill)
+        first=$(grep "^$k " "$tmp/out" | awk '{print $NF}')
+        occ=$(( ${v:-999} > 0 ? 512 / ${v:-999} : 0 ))
+        if [ "${m:-0}" -ge 8 ] 2>/dev/null && [ "$scr" = 0 ] && [ "$sp" = 0 ] && [ "${v:-999}" -le 256 ] 2>/dev/null \
+            && [ "${lds:-99999}" -le 32768 ] 2>/dev/null && [[ "$first" == v_mfma_f32_32x32x8* ]]; then
+            ok "gfx942 $k: $m $first, $v VGPRs (of them $a AGPRs), LDS $lds B, no scratch: $occ waves a SIMD by registers, $((65536 / lds)) blocks a CU by LDS"
+        else bad "gfx942 $k: mfma '$m' first '$first' vgpr '$v' agpr '$a' lds '$lds' scratch '$scr' vspill '$sp'"; fi
+    done
+    expect 0 "isa --expect mfma passes on kernels.hip" $K isa --arch gfx942 --expect mfma
+    has "$tmp/out" "^expect mfma: pass: 2 of $rows kernels hold mfma instructions: kg_gemm_mfma_f16, kg_gemm_mfma_bf16$" \
+        "--expect names the two MFMA GEMMs"
+    expect 1 "isa --expect mfma fails on a -D KG_PORTABLE=1 build" $K isa --arch gfx942 --expect mfma --variant portable -D KG_PORTABLE=1
+    has "$tmp/out" "^expect mfma: FAIL: none of the $((rows - 2)) kernels holds mfma instructions" "the failure says none of them has it"
 
     mkdir -p "$tmp/nodis"                           # clang-19, but no disassembler
     ln -sf "$(command -v clang-19)" "$tmp/nodis/clang-19"

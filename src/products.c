@@ -360,6 +360,22 @@ static int sm90_launch(struct run *r, struct output *p)
     return 1;
 }
 
+/* Output o through the gfx942 MFMA GEMM when the current arm has it and o
+ * is a plain fp16 or bf16 product (any layout, any strides: kg_gemm_<dt>'s
+ * arguments): kg_gemm_mfma_<dt>, a 128 x 128 tile per block of 256
+ * threads.  Returns 0, launching nothing, otherwise. */
+static int mfma_launch(struct run *r, struct output *p)
+{
+    const struct arm *a = r->d->arm;
+    struct prod_launch *L = &p->pl;
+    if (a->mfma_tile <= 0 || (p->dt != DT_BF16 && p->dt != DT_F16) || L->ragged != RAG_NONE) return 0;
+    int M = (int)L->m, N = (int)L->n, K = (int)L->k;
+    void *params[] = { &L->dx, &L->dy, &p->buf, &M, &N, &K, &L->sxm, &L->sxk, &L->syk, &L->syn, &p->srow, &p->scol };
+    gpu_launch(r->d, p->dt == DT_BF16 ? "kg_gemm_mfma_bf16" : "kg_gemm_mfma_f16", tile_count(N, a->mfma_tile),
+               tile_count(M, a->mfma_tile), 1, 256, params);
+    return 1;
+}
+
 /* Before any launch (a launch that allocates cannot be captured: --graph):
  * on an sm_90 GPU, the packing scratch of each product output whose
  * operands an sm_90a launch would pack, as stored or as its transpose
@@ -391,8 +407,8 @@ static void product_scratch(struct run *r)
  * BM x BN tile (the arm's; 64 x 64 as shipped) per block of 256 threads:
  * kg_gemm_<dt> (grid N/BN x M/BM; kg_gemm_f32 in the tile it publishes, if
  * any), kg_grouped_<dt> (ragged rows; grid N/BN x the groups' row tiles) or
- * kg_grouped_wgrad_<dt> (ragged inner; grid N/BN x M/BM x G).  CPU:
- * product_cpu. */
+ * kg_grouped_wgrad_<dt> (ragged inner; grid N/BN x M/BM x G); first the
+ * sm_90a and gfx942 fast paths where they take o.  CPU: product_cpu. */
 static void product_launch(struct run *r, int o)
 {
     static const char *const fname[3][DT_COUNT] = {
@@ -403,7 +419,7 @@ static void product_launch(struct run *r, int o)
     struct output *p = &r->out[o];
     struct prod_launch *L = &p->pl;
     if (r->d->kind == DEV_CPU) { product_cpu(p); return; }
-    if (sm90_launch(r, p)) return;
+    if (sm90_launch(r, p) || mfma_launch(r, p)) return;
     const char *name = fname[L->ragged][p->dt];
     int M = (int)L->m, N = (int)L->n, K = (int)L->k, G = (int)L->groups;
     unsigned gx = tile_count(N, r->d->arm->tile_n), gm = tile_count(M, r->d->arm->tile_m);

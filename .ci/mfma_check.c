@@ -1,0 +1,164 @@
+/* .ci/mfma_check.c: the MFMA index math of kernels.hip ("GEMM, CDNA3 path"),
+ * on the CPU, for tests.sh (no AMD GPU here).  mfidx.h is the block between
+ * kernels.hip's kgate-index marks.  First each index function against AMD's
+ * calculator tables (argv[1]: .ci/mfma_gfx942_32x32x8.txt); then tiles
+ * computed through the kernel's load, LDS, fragment and store index
+ * functions, the MFMA's own semantics taken from the tables alone, against
+ * the direct product.  Prints one line per finding; exit 0 when all hold. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#define KG_IX static inline
+#include "mfidx.h"
+
+static int tab[3][64][16][2];   /* [A, B, D][lane][element]: (row, col) as the calculator gives */
+
+static int read_tables(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) { printf("cannot read %s\n", path); return 0; }
+    char line[4096];
+    int which = -1, n = 0;
+    while (fgets(line, sizeof line, f)) {
+        if (line[0] == '#') continue;
+        if (strncmp(line, "lane,", 5) == 0) { which++; continue; }
+        char *p = line;
+        int lane = (int)strtol(p, &p, 10), e = 0;
+        while (*p == ',' && which >= 0 && which < 3 && lane >= 0 && lane < 64 && e < 16) {
+            char m;
+            int r, c;
+            if (sscanf(p, ",%c[%d][%d]", &m, &r, &c) != 3) break;
+            tab[which][lane][e][0] = r, tab[which][lane][e][1] = c, e++, n++;
+            p = strchr(p + 1, ',') ? strchr(p + 1, ',') : p + strlen(p);
+        }
+    }
+    fclose(f);
+    if (n != 64 * 4 * 2 + 64 * 16) { printf("%s: %d entries, want %d\n", path, n, 64 * 4 * 2 + 64 * 16); return 0; }
+    return 1;
+}
+
+/* Each index function against the tables: A (row, k), B (k, col), D (row, col). */
+static int check_tables(void)
+{
+    int bad = 0;   /* the first 3 findings printed */
+    for (int l = 0; l < 64; l++) {
+        for (int i = 0; i < 4; i++) {
+            if ((kg_mf_ab_rc(l) != tab[0][l][i][0] || kg_mf_ab_k(l, i) != tab[0][l][i][1]) && bad++ < 3)
+                printf("A: lane %d element %d: kernel (%d,%d), calculator (%d,%d)\n", l, i,
+                                    kg_mf_ab_rc(l), kg_mf_ab_k(l, i), tab[0][l][i][0], tab[0][l][i][1]);
+            if ((kg_mf_ab_k(l, i) != tab[1][l][i][0] || kg_mf_ab_rc(l) != tab[1][l][i][1]) && bad++ < 3)
+                printf("B: lane %d element %d: kernel (%d,%d), calculator (%d,%d)\n", l, i,
+                                    kg_mf_ab_k(l, i), kg_mf_ab_rc(l), tab[1][l][i][0], tab[1][l][i][1]);
+        }
+        for (int i = 0; i < 16; i++)
+            if ((kg_mf_d_row(l, i) != tab[2][l][i][0] || kg_mf_d_col(l) != tab[2][l][i][1]) && bad++ < 3)
+                printf("D: lane %d accumulator %d: kernel (%d,%d), calculator (%d,%d)\n", l, i,
+                                    kg_mf_d_row(l, i), kg_mf_d_col(l), tab[2][l][i][0], tab[2][l][i][1]);
+    }
+    return bad == 0;
+}
+
+/* One MFMA 32x32x8 as the tables define it: lane l's fragments a[l][i],
+ * b[l][i] placed at the tables' (row, k) and (k, col), D = A B + C with C
+ * and D in the lanes' accumulators acc[l][i] at the tables' (row, col). */
+static void mfma_emulated(const double a[64][4], const double b[64][4], double acc[64][16])
+{
+    double A[32][8], B[8][32], Dm[32][32];
+    for (int l = 0; l < 64; l++)
+        for (int i = 0; i < 4; i++) A[tab[0][l][i][0]][tab[0][l][i][1]] = a[l][i], B[tab[1][l][i][0]][tab[1][l][i][1]] = b[l][i];
+    for (int l = 0; l < 64; l++)
+        for (int i = 0; i < 16; i++) Dm[tab[2][l][i][0]][tab[2][l][i][1]] = acc[l][i];
+    for (int r = 0; r < 32; r++)
+        for (int c = 0; c < 32; c++)
+            for (int k = 0; k < 8; k++) Dm[r][c] += A[r][k] * B[k][c];
+    for (int l = 0; l < 64; l++)
+        for (int i = 0; i < 16; i++) acc[l][i] = Dm[tab[2][l][i][0]][tab[2][l][i][1]];
+}
+
+/* Thread t's loads of one operand's tile (rows r0.., k k0..) into the LDS
+ * array s as kg_mf_fetch / kg_mf_put place them (mode v), zeros outside. */
+static void load_tile(double *s, const double *P, long sr, long sk, int R, int K, int r0, int k0, int v)
+{
+    for (int t = 0; t < MF_THREADS; t++)
+        for (int j = 0; j < (v ? 2 : 16); j++)
+            for (int e = 0; e < (v ? 8 : 1); e++) {
+                int rr = kg_mf_load_row(v, t, j), kk = kg_mf_load_k(v, t, j) + e, r = r0 + rr, k = k0 + kk;
+                s[kg_mf_lds(rr, kk)] = r < R && k < K ? P[r * sr + k * sk] : 0;
+            }
+}
+
+/* C = X Y (M x N x K, X and Y^T row-major when vx, vy; else column-major)
+ * through the kernel's index math, block by block; returns the largest
+ * |difference| from the direct product, or -1 when an element of C is not
+ * written exactly once. */
+static double tile_run(int M, int N, int K, int vx, int vy, unsigned seed)
+{
+    double *X = malloc(sizeof(double) * M * K + 1), *Y = malloc(sizeof(double) * N * K + 1);
+    double *C = calloc((size_t)M * N, sizeof(double));
+    int *writes = calloc((size_t)M * N, sizeof(int));
+    double xs[MF_BM * MF_LD], ys[MF_BN * MF_LD], worst = 0;
+    for (int i = 0; i < M * K; i++) X[i] = (double)((seed = seed * 1103515245u + 12345u) >> 16 & 15) - 7;
+    for (int i = 0; i < N * K; i++) Y[i] = (double)((seed = seed * 1103515245u + 12345u) >> 16 & 15) - 7;
+    long sxm = vx ? K : 1, sxk = vx ? 1 : M, syn = vy ? K : 1, syk = vy ? 1 : N;   /* Y^T's (n, k) */
+    static double acc[4][2][2][64][16];
+    for (int m0 = 0; m0 < M; m0 += MF_BM)
+        for (int n0 = 0; n0 < N; n0 += MF_BN) {
+            memset(acc, 0, sizeof acc);
+            for (int k0 = 0; k0 < K; k0 += MF_BK) {
+                for (int i = 0; i < MF_BM * MF_LD; i++) xs[i] = ys[i] = 1e30;   /* what no load wrote shows */
+                load_tile(xs, X, sxm, sxk, M, K, m0, k0, vx);
+                load_tile(ys, Y, syn, syk, N, K, n0, k0, vy);
+                for (int w = 0; w < 4; w++)
+                    for (int kk = 0; kk < MF_BK; kk += 8)
+                        for (int x = 0; x < 2; x++)
+                            for (int y = 0; y < 2; y++) {
+                                double a[64][4], b[64][4];
+                                for (int l = 0; l < 64; l++)
+                                    for (int i = 0; i < 4; i++) {
+                                        a[l][i] = xs[kg_mf_lds(kg_mf_wave_row(w) + 32 * x + kg_mf_ab_rc(l), kk + kg_mf_ab_k(l, i))];
+                                        b[l][i] = ys[kg_mf_lds(kg_mf_wave_col(w) + 32 * y + kg_mf_ab_rc(l), kk + kg_mf_ab_k(l, i))];
+                                    }
+                                mfma_emulated(a, b, acc[w][x][y]);
+                            }
+            }
+            for (int w = 0; w < 4; w++)
+                for (int x = 0; x < 2; x++)
+                    for (int y = 0; y < 2; y++)
+                        for (int l = 0; l < 64; l++)
+                            for (int i = 0; i < 16; i++) {
+                                int m = m0 + kg_mf_wave_row(w) + 32 * x + kg_mf_d_row(l, i);
+                                int n = n0 + kg_mf_wave_col(w) + 32 * y + kg_mf_d_col(l);
+                                if (m < M && n < N) C[m * N + n] = acc[w][x][y][l][i], writes[m * N + n]++;
+                            }
+        }
+    for (int m = 0; m < M; m++)
+        for (int n = 0; n < N; n++) {
+            double s = 0;
+            for (int k = 0; k < K; k++) s += X[m * sxm + k * sxk] * Y[n * syn + k * syk];
+            if (writes[m * N + n] != 1) { worst = -1; goto done; }
+            double d = C[m * N + n] - s;
+            if (d < 0) d = -d;
+            if (d > worst) worst = d;
+        }
+done:
+    free(X), free(Y), free(C), free(writes);
+    return worst;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2 || !read_tables(argv[1])) return 2;
+    int ok = check_tables();
+    printf("%s: the lane layouts of A, B and D against the calculator's tables\n", ok ? "agree" : "DIFFER");
+    static const int shapes[][3] = { { 128, 128, 32 }, { 200, 130, 77 }, { 1, 257, 9 }, { 300, 1, 100 }, { 129, 128, 0 } };
+    for (int s = 0; s < 5; s++)
+        for (int v = 0; v < 4; v++) {
+            double d = tile_run(shapes[s][0], shapes[s][1], shapes[s][2], v & 1, v >> 1, 42u + (unsigned)s);
+            int good = d == 0;
+            ok &= good;
+            printf("%s: %dx%dx%d, X %s, Y^T %s: %s %g\n", good ? "exact" : "WRONG", shapes[s][0],
+                   shapes[s][1], shapes[s][2], v & 1 ? "K-contiguous" : "M-contiguous", v >> 1 ? "K-contiguous" : "N-contiguous",
+                   d < 0 ? "an element not written exactly once" : "largest difference", d);
+        }
+    return ok ? 0 : 1;
+}
