@@ -29,6 +29,8 @@
 //   kg_pack_rows                       copies an operand TMA cannot read into 16-byte rows
 // gfx942 only (CDNA3: MFMA; optional in a --kernels file):
 //   kg_gemm_mfma_{f16,bf16}            kg_gemm_<dt> on v_mfma_f32_32x32x8 (every layout, strided)
+//   kg_grouped_mfma_{f16,bf16}         kg_grouped_<dt> on the same kernel (ragged rows)
+//   kg_grouped_wgrad_mfma_{f16,bf16}   kg_grouped_wgrad_<dt> on the same kernel (ragged inner)
 
 // ===== Prelude: the few names that differ between compilers =====
 
@@ -1654,6 +1656,11 @@ KG_IX int kg_mf_lds(int r, int k) { return r * MF_LD + k; }
 // otherwise (v = 0): loads j < 16 of one element, the row fastest.
 KG_IX int kg_mf_load_row(int v, int t, int j) { return v ? (t + MF_THREADS * j) / (MF_BK / 8) : (t + MF_THREADS * j) % 128; }
 KG_IX int kg_mf_load_k(int v, int t, int j) { return v ? 8 * ((t + MF_THREADS * j) % (MF_BK / 8)) : (t + MF_THREADS * j) / 128; }
+// Grouped, ragged rows: the launch's tile_offs counts each group's tiles of
+// 64 rows (the portable kernels' tile, host-computed), and a block takes two:
+// the first row, within its group, of the block at local tile j; -1: none
+// (j odd, its rows are the previous block's).
+KG_IX int kg_mf_group_row(int j) { return j % (MF_BM / 64) ? -1 : 64 * j; }
 // <<< kgate-index
 
 typedef float kg_mf_acc __attribute__((ext_vector_type(16)));
@@ -1753,12 +1760,13 @@ __device__ static inline void kg_mf_step(kg_mf_acc acc[2][2], const kg_u16 *xs, 
 
 // The block's MF_BM x MF_BN tile of C at (m0, n0): kg_gemm_portable's
 // contract on the matrix cores (the section comment).  Every thread of the
-// block must call it.
+// block must call it.  Always inlined: called from three entries, clang-19
+// made it a function, with a call's scratch and 312 VGPRs.
 template <class D>
-__device__ static inline void kg_gemm_mfma(const kg_u16 *X, const kg_u16 *Y, kg_u16 *C, int M, int N, int K,
+__device__ static inline __attribute__((always_inline)) void kg_gemm_mfma(const kg_u16 *X, const kg_u16 *Y, kg_u16 *C, int M, int N, int K,
                                            kg_i64 sxm, kg_i64 sxk, kg_i64 syk, kg_i64 syn, kg_i64 scm, kg_i64 scn,
                                            int m0, int n0) {
-    __shared__ kg_u16 xs[MF_BM * MF_LD], ys[MF_BN * MF_LD];
+    __shared__ __attribute__((aligned(16))) kg_u16 xs[MF_BM * MF_LD], ys[MF_BN * MF_LD];   // 8-byte accesses
     const int t = (int)kg_tid(), w = t / 64, l = t % 64, vx = sxk == 1, vy = syk == 1;
     kg_mf_acc acc[2][2];
 #pragma unroll
@@ -1913,6 +1921,47 @@ KG_GROUPED_ENTRY(kg_grouped_bf16, kg_bf16)
 KG_GROUPED_WGRAD_ENTRY(kg_grouped_wgrad_f32, kg_f32)
 KG_GROUPED_WGRAD_ENTRY(kg_grouped_wgrad_f16, kg_f16)
 KG_GROUPED_WGRAD_ENTRY(kg_grouped_wgrad_bf16, kg_bf16)
+
+#if defined(KG_MFMA)
+// gfx942: the two grouped products on kg_gemm_mfma ("GEMM, CDNA3 path"), with
+// kg_grouped_<dt>'s and kg_grouped_wgrad_<dt>'s arguments and contracts.
+// Ragged rows: grid (ceil(N/MF_BN), tile_offs[G]), tile_offs in tiles of 64
+// rows as for the portable kernel; a block whose local tile is odd leaves at
+// once (kg_mf_group_row), the even one computes its 128 rows clipped to the
+// group's end.  Ragged inner: grid (ceil(N/MF_BN), ceil(M/MF_BM), G).
+#define KG_GROUPED_MFMA_ENTRY(name, D)                                                        \
+    KG_ATOMICS(name, 0)                                                                      \
+    extern "C" __global__ void KG_LAUNCH_BOUNDS(MF_THREADS)                                 \
+    name(const D::S *X, const D::S *Y, D::S *C, const int *offs, const int *tile_offs, int G, \
+         int N, int K, kg_i64 sxm, kg_i64 sxk, kg_i64 syk, kg_i64 syn, kg_i64 syg, kg_i64 scm, \
+         kg_i64 scn)                                                                         \
+    {                                                                                        \
+        const int y = (int)kg_bid_y();                                                       \
+        if (G <= 0 || y >= tile_offs[G]) return;   /* the whole block leaves */              \
+        const int g = kg_group_of_tile(tile_offs, G, y), r = kg_mf_group_row(y - tile_offs[g]); \
+        if (r < 0) return;                                                                   \
+        kg_gemm_mfma<D>(X, Y + (kg_i64)g * syg, C, offs[g + 1], N, K, sxm, sxk, syk, syn, scm, scn, \
+                        offs[g] + r, (int)kg_bid_x() * MF_BN);                               \
+    }
+#define KG_GROUPED_WGRAD_MFMA_ENTRY(name, D)                                                  \
+    KG_ATOMICS(name, 0)                                                                      \
+    extern "C" __global__ void KG_LAUNCH_BOUNDS(MF_THREADS)                                 \
+    name(const D::S *X, const D::S *Y, D::S *C, const int *offs, int G, int M, int N,        \
+         kg_i64 sxm, kg_i64 sxk, kg_i64 syk, kg_i64 syn, kg_i64 scg, kg_i64 scm, kg_i64 scn) \
+    {                                                                                        \
+        const int g = (int)kg_bid_z();                                                       \
+        if (g >= G) return;                                                                  \
+        const int k0 = offs[g];                                                              \
+        kg_gemm_mfma<D>(X + (kg_i64)k0 * sxk, Y + (kg_i64)k0 * syk, C + (kg_i64)g * scg, M, N,  \
+                        offs[g + 1] - k0, sxm, sxk, syk, syn, scm, scn, (int)kg_bid_y() * MF_BM, \
+                        (int)kg_bid_x() * MF_BN);                                            \
+    }
+
+KG_GROUPED_MFMA_ENTRY(kg_grouped_mfma_f16, kg_f16)
+KG_GROUPED_MFMA_ENTRY(kg_grouped_mfma_bf16, kg_bf16)
+KG_GROUPED_WGRAD_MFMA_ENTRY(kg_grouped_wgrad_mfma_f16, kg_f16)
+KG_GROUPED_WGRAD_MFMA_ENTRY(kg_grouped_wgrad_mfma_bf16, kg_bf16)
+#endif // KG_MFMA
 
 // ===== Attention, portable path (fp16 and bf16) =====
 //

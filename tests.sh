@@ -948,7 +948,8 @@ echo "== clang-19 compiles kernels.hip for gfx942 (AMD, no HIP headers)"
 entry_points="kg_gemm_f32 kg_gemm_f16 kg_gemm_bf16 kg_grouped_bf16 kg_grouped_wgrad_f16 kg_attn_fwd_bf16
               kg_attn_fwd_f16 kg_attn_bwd_pre_bf16 kg_attn_bwd_dkdv_bf16 kg_attn_bwd_dq_f16
               kg_quantize kg_qgemm_bf16 kg_qgemm_f32 kg_qgrouped_bf16 kg_qgrouped_f32"
-mfma_entries="kg_gemm_mfma_f16 kg_gemm_mfma_bf16"   # gfx942 only
+mfma_entries="kg_gemm_mfma_f16 kg_gemm_mfma_bf16 kg_grouped_mfma_f16 kg_grouped_mfma_bf16 kg_grouped_wgrad_mfma_f16
+              kg_grouped_wgrad_mfma_bf16"   # gfx942 only
 if command -v clang-19 >/dev/null && command -v llvm-objdump-19 >/dev/null; then
     if clang-19 -x hip --offload-arch=gfx942 -nogpulib -nogpuinc --cuda-device-only --no-gpu-bundle-output \
         -O3 -Wall -Werror kernels.hip -o "$tmp/k.co" >"$tmp/err" 2>&1; then
@@ -976,7 +977,7 @@ mfma_check() {
         && "$1/check" .ci/mfma_gfx942_32x32x8.txt >"$1/out" 2>&1
 }
 if mfma_check "$tmp/mfi"; then
-    ok "kernels.hip's MFMA index functions: the lane layouts of A, B and D agree with the calculator's tables; $(grep -c '^exact' "$tmp/mfi/out") tiles exact (both majors of each operand, tails, K = 0)"
+    ok "kernels.hip's MFMA index functions: the lane layouts of A, B and D agree with the calculator's tables; $(grep -c '^exact: [0-9]' "$tmp/mfi/out") tiles exact (both majors of each operand, tails, K = 0); grouped rows each in one block ($(grep -c '^exact: grouped' "$tmp/mfi/out") offset lists)"
 else bad "MFMA index check: $(head -c 600 "$tmp/mfi/build" "$tmp/mfi/out" 2>/dev/null)"; fi
 # planted: an accumulator row formula without its i % 4; an 8-element load that skips half of K's step
 mkdir -p "$tmp/mfp1" "$tmp/mfp2"
@@ -990,6 +991,12 @@ else bad "planted D row: $(head -c 400 "$tmp/mfp1/out")"; fi
 if ! mfma_check "$tmp/mfp2" && grep -q "^agree" "$tmp/mfp2/out" && grep -q "^WRONG: 128x128x32, X K-contiguous" "$tmp/mfp2/out"; then
     ok "planted: a K-contiguous load covering half the step passes the table check and fails the tiles ($(grep -c '^WRONG' "$tmp/mfp2/out") of 20)"
 else bad "planted load: $(head -c 400 "$tmp/mfp2/out")"; fi
+mkdir -p "$tmp/mfp3"   # planted: every grouped block computes (the odd ones too): rows covered twice
+awk '/>>> kgate-index/{p=1; next} /<<< kgate-index/{p=0} p' kernels.hip \
+    | sed 's|return j % (MF_BM / 64) ? -1 : 64 \* j;|return 64 * j;|' >"$tmp/mfp3/mfidx.h"
+if ! mfma_check "$tmp/mfp3" && [ "$(grep -c '^WRONG: grouped' "$tmp/mfp3/out")" = 2 ] && ! grep -q "^WRONG: [0-9]" "$tmp/mfp3/out"; then
+    ok "planted: grouped blocks that all compute are named on both offset lists (rows in two blocks)"
+else bad "planted grouped rows: $(head -c 400 "$tmp/mfp3/out")"; fi
 
 echo "== kgate isa: matrix instructions, registers, LDS and spills per kernel (gfx942 by clang-19, no GPU)"
 # col KERNEL COLUMN : the value under COLUMN (a heading of kgate isa's table) in KERNEL's row of $tmp/out
@@ -1055,8 +1062,8 @@ EOF
     done
     rows=$(grep -c "^kg_" "$tmp/out")
     zero=$(grep "^kg_" "$tmp/out" | while read -r k _; do [ "$(col "$k" matrix)" = 0 ] && echo; done | wc -l)
-    [ "$listed" -eq 15 ] && [ "$zero" -eq $((rows - 2)) ] \
-        && ok "isa lists kernels.hip's $rows kernels for gfx942 (the 15 portable entries checked among them); all but the 2 MFMA GEMMs without a matrix instruction" \
+    [ "$listed" -eq 15 ] && [ "$zero" -eq $((rows - 6)) ] \
+        && ok "isa lists kernels.hip's $rows kernels for gfx942 (the 15 portable entries checked among them); all but the 6 MFMA entries without a matrix instruction" \
         || bad "kernels.hip gfx942: $listed of 15 entry points listed, $zero of $rows rows with 0 matrix instructions"
     # each MFMA entry: v_mfma_f32_32x32x8 (8 a loop body: one K step, unrolled by 2), no scratch or spill, and
     # registers and LDS that let two blocks (8 waves, 2 a SIMD) share a CU: VGPRs + AGPRs <= 256, LDS <= 32 KiB
@@ -1070,10 +1077,10 @@ EOF
         else bad "gfx942 $k: mfma '$m' first '$first' vgpr '$v' agpr '$a' lds '$lds' scratch '$scr' vspill '$sp'"; fi
     done
     expect 0 "isa --expect mfma passes on kernels.hip" $K isa --arch gfx942 --expect mfma
-    has "$tmp/out" "^expect mfma: pass: 2 of $rows kernels hold mfma instructions: kg_gemm_mfma_f16, kg_gemm_mfma_bf16$" \
-        "--expect names the two MFMA GEMMs"
+    has "$tmp/out" "^expect mfma: pass: 6 of $rows kernels hold mfma instructions: kg_gemm_mfma_f16, kg_gemm_mfma_bf16, kg_grouped_mfma_f16, kg_grouped_mfma_bf16, kg_grouped_wgrad_mfma_f16, kg_grouped_wgrad_mfma_bf16$" \
+        "--expect names the six MFMA entries"
     expect 1 "isa --expect mfma fails on a -D KG_PORTABLE=1 build" $K isa --arch gfx942 --expect mfma --variant portable -D KG_PORTABLE=1
-    has "$tmp/out" "^expect mfma: FAIL: none of the $((rows - 2)) kernels holds mfma instructions" "the failure says none of them has it"
+    has "$tmp/out" "^expect mfma: FAIL: none of the $((rows - 6)) kernels holds mfma instructions" "the failure says none of them has it"
 
     mkdir -p "$tmp/nodis"                           # clang-19, but no disassembler
     ln -sf "$(command -v clang-19)" "$tmp/nodis/clang-19"

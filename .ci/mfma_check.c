@@ -4,7 +4,8 @@
  * calculator tables (argv[1]: .ci/mfma_gfx942_32x32x8.txt); then tiles
  * computed through the kernel's load, LDS, fragment and store index
  * functions, the MFMA's own semantics taken from the tables alone, against
- * the direct product.  Prints one line per finding; exit 0 when all hold. */
+ * the direct product; and the grouped kernel's blocks over ragged rows.
+ * Prints one line per finding; exit 0 when all hold. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -145,6 +146,28 @@ done:
     return worst;
 }
 
+/* Grouped by ragged rows: with tile_offs in tiles of 64 rows (as the host
+ * computes it), the blocks that kg_mf_group_row keeps cover each group's
+ * rows exactly once, 128 at most each, none past its group's end. */
+static int group_rows_ok(const int *sizes, int G)
+{
+    int offs[64] = { 0 }, tile_offs[64] = { 0 }, *seen;
+    for (int g = 0; g < G; g++)
+        offs[g + 1] = offs[g] + sizes[g], tile_offs[g + 1] = tile_offs[g] + (sizes[g] + 63) / 64;
+    seen = calloc((size_t)offs[G] + 1, sizeof *seen);
+    for (int y = 0; y < tile_offs[G]; y++) {
+        int g = 0;
+        while (g + 1 < G && tile_offs[g + 1] <= y) g++;
+        int r = kg_mf_group_row(y - tile_offs[g]);
+        if (r < 0) continue;
+        for (int m = offs[g] + r; m < offs[g] + r + MF_BM && m < offs[g + 1]; m++) seen[m]++;
+    }
+    int good = 1;
+    for (int m = 0; m < offs[G]; m++) good &= seen[m] == 1;
+    free(seen);
+    return good;
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2 || !read_tables(argv[1])) return 2;
@@ -160,5 +183,13 @@ int main(int argc, char **argv)
                    shapes[s][1], shapes[s][2], v & 1 ? "K-contiguous" : "M-contiguous", v >> 1 ? "K-contiguous" : "N-contiguous",
                    d < 0 ? "an element not written exactly once" : "largest difference", d);
         }
+    static const int groups[][8] = { { 0, 4096, 1, 2047, 0, 3000, 129, 65 }, { 64, 0, 200, 7, 128, 129, 1, 0 } };
+    for (int i = 0; i < 2; i++) {
+        int good = group_rows_ok(groups[i], 8);
+        ok &= good;
+        printf("%s: grouped rows %d,%d,%d,%d,%d,%d,%d,%d: %s\n", good ? "exact" : "WRONG", groups[i][0], groups[i][1],
+               groups[i][2], groups[i][3], groups[i][4], groups[i][5], groups[i][6], groups[i][7],
+               good ? "each row in one block" : "a row in no block or in two");
+    }
     return ok ? 0 : 1;
 }

@@ -360,19 +360,40 @@ static int sm90_launch(struct run *r, struct output *p)
     return 1;
 }
 
-/* Output o through the gfx942 MFMA GEMM when the current arm has it and o
- * is a plain fp16 or bf16 product (any layout, any strides: kg_gemm_<dt>'s
- * arguments): kg_gemm_mfma_<dt>, a 128 x 128 tile per block of 256
- * threads.  Returns 0, launching nothing, otherwise. */
+/* Output o through the gfx942 MFMA kernels when the current arm has them
+ * and o is an fp16 or bf16 product (any layout, any strides), with the
+ * portable kernels' arguments, 256 threads a block of 128 x 128:
+ * kg_gemm_mfma_<dt> (grid N/128 x M/128), kg_grouped_mfma_<dt> (ragged
+ * rows; grid N/128 x the groups' tiles of 64, odd ones leaving at once) or
+ * kg_grouped_wgrad_mfma_<dt> (ragged inner; grid N/128 x M/128 x G).
+ * Returns 0, launching nothing, otherwise. */
 static int mfma_launch(struct run *r, struct output *p)
 {
+    static const char *const fname[3][2] = {   /* [ragged][bf16] */
+        { "kg_gemm_mfma_f16", "kg_gemm_mfma_bf16" },
+        { "kg_grouped_mfma_f16", "kg_grouped_mfma_bf16" },
+        { "kg_grouped_wgrad_mfma_f16", "kg_grouped_wgrad_mfma_bf16" },
+    };
     const struct arm *a = r->d->arm;
     struct prod_launch *L = &p->pl;
-    if (a->mfma_tile <= 0 || (p->dt != DT_BF16 && p->dt != DT_F16) || L->ragged != RAG_NONE) return 0;
-    int M = (int)L->m, N = (int)L->n, K = (int)L->k;
-    void *params[] = { &L->dx, &L->dy, &p->buf, &M, &N, &K, &L->sxm, &L->sxk, &L->syk, &L->syn, &p->srow, &p->scol };
-    gpu_launch(r->d, p->dt == DT_BF16 ? "kg_gemm_mfma_bf16" : "kg_gemm_mfma_f16", tile_count(N, a->mfma_tile),
-               tile_count(M, a->mfma_tile), 1, 256, params);
+    if (a->mfma_tile <= 0 || (p->dt != DT_BF16 && p->dt != DT_F16)) return 0;
+    const char *name = fname[L->ragged][p->dt == DT_BF16];
+    int M = (int)L->m, N = (int)L->n, K = (int)L->k, G = (int)L->groups;
+    unsigned gx = tile_count(N, a->mfma_tile), gm = tile_count(M, a->mfma_tile);
+    if (L->ragged == RAG_NONE) {
+        void *params[] = { &L->dx, &L->dy, &p->buf, &M, &N, &K, &L->sxm, &L->sxk, &L->syk, &L->syn, &p->srow,
+                           &p->scol };
+        gpu_launch(r->d, name, gx, gm, 1, 256, params);
+    } else if (L->ragged == RAG_ROWS) {
+        product_tile_check(r->d);   /* tile_offs in the portable kernels' tiles of 64 */
+        void *params[] = { &L->dx, &L->dy, &p->buf, &L->doffs, &L->dtiles, &G, &N, &K, &L->sxm, &L->sxk,
+                           &L->syk, &L->syn, &L->syg, &p->srow, &p->scol };
+        gpu_launch(r->d, name, gx, (unsigned)L->tiles, 1, 256, params);
+    } else {
+        void *params[] = { &L->dx, &L->dy, &p->buf, &L->doffs, &G, &M, &N, &L->sxm, &L->sxk,
+                           &L->syk, &L->syn, &L->scg, &p->srow, &p->scol };
+        gpu_launch(r->d, name, gx, gm, (unsigned)G, 256, params);
+    }
     return 1;
 }
 
