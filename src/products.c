@@ -360,41 +360,12 @@ static int sm90_launch(struct run *r, struct output *p)
     return 1;
 }
 
-/* Output o through the gfx942 MFMA kernels when the current arm has them
- * and o is an fp16 or bf16 product (any layout, any strides), with the
- * portable kernels' arguments, 256 threads a block of 128 x 128:
- * kg_gemm_mfma_<dt> (grid N/128 x M/128), kg_grouped_mfma_<dt> (ragged
- * rows; grid N/128 x the groups' tiles of 64, odd ones leaving at once) or
- * kg_grouped_wgrad_mfma_<dt> (ragged inner; grid N/128 x M/128 x G).
- * Returns 0, launching nothing, otherwise. */
-static int mfma_launch(struct run *r, struct output *p)
+/* Whether output o runs on the gfx942 MFMA kernels: the current arm has
+ * them and o is an fp16 or bf16 product (any layout, any strides, plain or
+ * grouped), launched as the portable kernels are but in tiles of 128. */
+static int mfma_takes(const struct run *r, const struct output *p)
 {
-    static const char *const fname[3][2] = {   /* [ragged][bf16] */
-        { "kg_gemm_mfma_f16", "kg_gemm_mfma_bf16" },
-        { "kg_grouped_mfma_f16", "kg_grouped_mfma_bf16" },
-        { "kg_grouped_wgrad_mfma_f16", "kg_grouped_wgrad_mfma_bf16" },
-    };
-    const struct arm *a = r->d->arm;
-    struct prod_launch *L = &p->pl;
-    if (a->mfma_tile <= 0 || (p->dt != DT_BF16 && p->dt != DT_F16)) return 0;
-    const char *name = fname[L->ragged][p->dt == DT_BF16];
-    int M = (int)L->m, N = (int)L->n, K = (int)L->k, G = (int)L->groups;
-    unsigned gx = tile_count(N, a->mfma_tile), gm = tile_count(M, a->mfma_tile);
-    if (L->ragged == RAG_NONE) {
-        void *params[] = { &L->dx, &L->dy, &p->buf, &M, &N, &K, &L->sxm, &L->sxk, &L->syk, &L->syn, &p->srow,
-                           &p->scol };
-        gpu_launch(r->d, name, gx, gm, 1, 256, params);
-    } else if (L->ragged == RAG_ROWS) {
-        product_tile_check(r->d);   /* tile_offs in the portable kernels' tiles of 64 */
-        void *params[] = { &L->dx, &L->dy, &p->buf, &L->doffs, &L->dtiles, &G, &N, &K, &L->sxm, &L->sxk,
-                           &L->syk, &L->syn, &L->syg, &p->srow, &p->scol };
-        gpu_launch(r->d, name, gx, (unsigned)L->tiles, 1, 256, params);
-    } else {
-        void *params[] = { &L->dx, &L->dy, &p->buf, &L->doffs, &G, &M, &N, &L->sxm, &L->sxk,
-                           &L->syk, &L->syn, &L->scg, &p->srow, &p->scol };
-        gpu_launch(r->d, name, gx, gm, (unsigned)G, 256, params);
-    }
-    return 1;
+    return r->d->arm->mfma_tile > 0 && (p->dt == DT_BF16 || p->dt == DT_F16);
 }
 
 /* Before any launch (a launch that allocates cannot be captured: --graph):
@@ -428,27 +399,35 @@ static void product_scratch(struct run *r)
  * BM x BN tile (the arm's; 64 x 64 as shipped) per block of 256 threads:
  * kg_gemm_<dt> (grid N/BN x M/BM; kg_gemm_f32 in the tile it publishes, if
  * any), kg_grouped_<dt> (ragged rows; grid N/BN x the groups' row tiles) or
- * kg_grouped_wgrad_<dt> (ragged inner; grid N/BN x M/BM x G); first the
- * sm_90a and gfx942 fast paths where they take o.  CPU: product_cpu. */
+ * kg_grouped_wgrad_<dt> (ragged inner; grid N/BN x M/BM x G); on gfx942 the
+ * same launches of their MFMA twins (mfma_takes: <name>_mfma_<dt>, tiles of
+ * 128; ragged rows still counted in tiles of 64, a block at an odd one
+ * leaving at once); first the sm_90a path where it takes o.  CPU:
+ * product_cpu. */
 static void product_launch(struct run *r, int o)
 {
-    static const char *const fname[3][DT_COUNT] = {
-        { "kg_gemm_f32", "kg_gemm_f16", "kg_gemm_bf16" },
-        { "kg_grouped_f32", "kg_grouped_f16", "kg_grouped_bf16" },
-        { "kg_grouped_wgrad_f32", "kg_grouped_wgrad_f16", "kg_grouped_wgrad_bf16" },
+    static const char *const fname[2][3][DT_COUNT] = {
+        { { "kg_gemm_f32", "kg_gemm_f16", "kg_gemm_bf16" },
+          { "kg_grouped_f32", "kg_grouped_f16", "kg_grouped_bf16" },
+          { "kg_grouped_wgrad_f32", "kg_grouped_wgrad_f16", "kg_grouped_wgrad_bf16" } },
+        { { NULL, "kg_gemm_mfma_f16", "kg_gemm_mfma_bf16" },
+          { NULL, "kg_grouped_mfma_f16", "kg_grouped_mfma_bf16" },
+          { NULL, "kg_grouped_wgrad_mfma_f16", "kg_grouped_wgrad_mfma_bf16" } },
     };
     struct output *p = &r->out[o];
     struct prod_launch *L = &p->pl;
     if (r->d->kind == DEV_CPU) { product_cpu(p); return; }
-    if (sm90_launch(r, p) || mfma_launch(r, p)) return;
-    const char *name = fname[L->ragged][p->dt];
+    if (sm90_launch(r, p)) return;
+    const struct arm *a = r->d->arm;
+    int mf = mfma_takes(r, p), tm = mf ? a->mfma_tile : a->tile_m, tn = mf ? a->mfma_tile : a->tile_n;
+    const char *name = fname[mf][L->ragged][p->dt];
     int M = (int)L->m, N = (int)L->n, K = (int)L->k, G = (int)L->groups;
-    unsigned gx = tile_count(N, r->d->arm->tile_n), gm = tile_count(M, r->d->arm->tile_m);
+    unsigned gx = tile_count(N, tn), gm = tile_count(M, tm);
     if (L->ragged == RAG_ROWS) product_tile_check(r->d);
     if (L->ragged == RAG_NONE) {
         void *params[] = { &L->dx, &L->dy, &p->buf, &M, &N, &K, &L->sxm, &L->sxk,
                            &L->syk, &L->syn, &p->srow, &p->scol };
-        if (p->dt == DT_F32) gx = tile_count(N, r->d->arm->f32_tile_n), gm = tile_count(M, r->d->arm->f32_tile_m);
+        if (p->dt == DT_F32) gx = tile_count(N, a->f32_tile_n), gm = tile_count(M, a->f32_tile_m);
         gpu_launch(r->d, name, gx, gm, 1, 256, params);
     } else if (L->ragged == RAG_ROWS) {
         void *params[] = { &L->dx, &L->dy, &p->buf, &L->doffs, &L->dtiles, &G, &N, &K, &L->sxm, &L->sxk,
