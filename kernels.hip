@@ -1624,7 +1624,9 @@ extern "C" __global__ void kg_pack_rows(const unsigned char *src, unsigned char 
 //     D's row 8(i/4) + 4(l/32) + i%4, column l%32.
 // The index functions between the kgate-index marks are plain C: tests.sh
 // compiles them with a C compiler, checks them against the calculator's
-// tables and computes tiles through them on the CPU (no AMD GPU here).
+// tables and computes tiles through them on the CPU (no AMD GPU here).  The
+// grouped products' twins on this kernel (kg_grouped_mfma_<dt>,
+// kg_grouped_wgrad_mfma_<dt>) follow the portable grouped entries.
 
 #if defined(__gfx942__) && !defined(KG_PORTABLE)
 #define KG_MFMA 1
