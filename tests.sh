@@ -969,10 +969,11 @@ else
 fi
 
 echo "== gfx942 MFMA index math on the CPU (.ci/mfma_check.c against AMD's calculator tables)"
-# mfma_check DIR: the kgate-index block of kernels.hip (or DIR/mfidx.h if already there) and the check, built in DIR
+# mfma_check DIR [SED]: the kgate-index block of kernels.hip (SED applied to it: a planted fault) and the
+# check, built and run in DIR
 mfma_check() {
     mkdir -p "$1"
-    [ -e "$1/mfidx.h" ] || awk '/>>> kgate-index/{p=1; next} /<<< kgate-index/{p=0} p' kernels.hip >"$1/mfidx.h"
+    awk '/>>> kgate-index/{p=1; next} /<<< kgate-index/{p=0} p' kernels.hip | sed "${2:-}" >"$1/mfidx.h"
     cp .ci/mfma_check.c "$1/" && cc -std=c11 -Wall -Wextra -Werror -O2 -o "$1/check" "$1/mfma_check.c" >"$1/build" 2>&1 \
         && "$1/check" .ci/mfma_gfx942_32x32x8.txt >"$1/out" 2>&1
 }
@@ -980,21 +981,16 @@ if mfma_check "$tmp/mfi"; then
     ok "kernels.hip's MFMA index functions: the lane layouts of A, B and D agree with the calculator's tables; $(grep -c '^exact: [0-9]' "$tmp/mfi/out") tiles exact (both majors of each operand, tails, K = 0); grouped rows each in one block ($(grep -c '^exact: grouped' "$tmp/mfi/out") offset lists)"
 else bad "MFMA index check: $(head -c 600 "$tmp/mfi/build" "$tmp/mfi/out" 2>/dev/null)"; fi
 # planted: an accumulator row formula without its i % 4; an 8-element load that skips half of K's step
-mkdir -p "$tmp/mfp1" "$tmp/mfp2"
-awk '/>>> kgate-index/{p=1; next} /<<< kgate-index/{p=0} p' kernels.hip \
-    | sed 's|return 8 \* (i / 4) + 4 \* (l / 32) + i % 4;|return 8 * (i / 4) + 4 * (l / 32);|' >"$tmp/mfp1/mfidx.h"
-awk '/>>> kgate-index/{p=1; next} /<<< kgate-index/{p=0} p' kernels.hip \
-    | sed 's|8 \* ((t + MF_THREADS \* j) % (MF_BK / 8))|8 * ((t + MF_THREADS * j) % (MF_BK / 16))|' >"$tmp/mfp2/mfidx.h"
-if ! mfma_check "$tmp/mfp1" && grep -q "^D: lane 0 accumulator 1: kernel (0,0), calculator (1,0)" "$tmp/mfp1/out" \
+if ! mfma_check "$tmp/mfp1" 's|return 8 \* (i / 4) + 4 \* (l / 32) + i % 4;|return 8 * (i / 4) + 4 * (l / 32);|' \
+    && grep -q "^D: lane 0 accumulator 1: kernel (0,0), calculator (1,0)" "$tmp/mfp1/out" \
     && grep -q "^WRONG" "$tmp/mfp1/out"; then ok "planted: an accumulator row without i % 4 is named against the table, and its tiles are wrong"
 else bad "planted D row: $(head -c 400 "$tmp/mfp1/out")"; fi
-if ! mfma_check "$tmp/mfp2" && grep -q "^agree" "$tmp/mfp2/out" && grep -q "^WRONG: 128x128x32, X K-contiguous" "$tmp/mfp2/out"; then
+if ! mfma_check "$tmp/mfp2" 's|8 \* ((t + MF_THREADS \* j) % (MF_BK / 8))|8 * ((t + MF_THREADS * j) % (MF_BK / 16))|' \
+    && grep -q "^agree" "$tmp/mfp2/out" && grep -q "^WRONG: 128x128x32, X K-contiguous" "$tmp/mfp2/out"; then
     ok "planted: a K-contiguous load covering half the step passes the table check and fails the tiles ($(grep -c '^WRONG' "$tmp/mfp2/out") of 20)"
 else bad "planted load: $(head -c 400 "$tmp/mfp2/out")"; fi
-mkdir -p "$tmp/mfp3"   # planted: every grouped block computes (the odd ones too): rows covered twice
-awk '/>>> kgate-index/{p=1; next} /<<< kgate-index/{p=0} p' kernels.hip \
-    | sed 's|return j % (MF_BM / 64) ? -1 : 64 \* j;|return 64 * j;|' >"$tmp/mfp3/mfidx.h"
-if ! mfma_check "$tmp/mfp3" && [ "$(grep -c '^WRONG: grouped' "$tmp/mfp3/out")" = 2 ] && ! grep -q "^WRONG: [0-9]" "$tmp/mfp3/out"; then
+# planted: every grouped block computes (the odd ones too): rows covered twice
+if ! mfma_check "$tmp/mfp3" 's|return j % (MF_BM / 64) ? -1 : 64 \* j;|return 64 * j;|' && [ "$(grep -c '^WRONG: grouped' "$tmp/mfp3/out")" = 2 ] && ! grep -q "^WRONG: [0-9]" "$tmp/mfp3/out"; then
     ok "planted: grouped blocks that all compute are named on both offset lists (rows in two blocks)"
 else bad "planted grouped rows: $(head -c 400 "$tmp/mfp3/out")"; fi
 
