@@ -664,9 +664,6 @@ kg_gemm_f32(const float *X, const float *Y, float *C, int M, int N, int K, kg_i6
 #ifndef WG_STORE_V4
 #define WG_STORE_V4 1                       // fp16/bf16 inputs: 1 = 16-byte stores (a quad transpose first), 0 = pairs
 #endif
-#ifndef WG_SCALE_COLS
-#define WG_SCALE_COLS 0                     // fp8 epilogue: 1 = column scales without a division where none is needed
-#endif
 #ifndef WG_NO_PACK
 #define WG_NO_PACK 0                        // 1: odd strides through the loads producer, not packed for TMA
 #endif
@@ -1266,9 +1263,9 @@ __device__ static __forceinline__ void kg_wg_store_pairs(const float *d, const k
                                                          const float *sb, int gra, int grb, int sbg, int r0,
                                                          int lane) {
     const int m_lo = at.m0 + r0 + lane / 4, n_lo = at.n0 + 2 * (lane % 4);
-#if WG_SCALE_COLS   // one scale per tensor (grb >= N): read once; one per column (grb = 1): no division
+    // the group's B scales: one per tensor (grb >= N) read once, one per
+    // column (grb = 1) without the division n / grb
     const float *sbt = sa ? sb + at.g * sbg : nullptr, cs = sa && grb >= N ? sbt[0] : 1.0f;
-#endif
 #pragma unroll
     for (int h = 0; h < 2; h++) {
         const int m = m_lo + 8 * h;
@@ -1280,7 +1277,6 @@ __device__ static __forceinline__ void kg_wg_store_pairs(const float *d, const k
             const int n = n_lo + 8 * i;
             if (n >= N) continue;
             float v0 = d[4 * i + 2 * h], v1 = d[4 * i + 2 * h + 1];
-#if WG_SCALE_COLS
             if (sa && grb >= N) {
                 v0 *= rs * cs;
                 v1 *= n + 1 < N ? rs * cs : 0.0f;
@@ -1288,12 +1284,6 @@ __device__ static __forceinline__ void kg_wg_store_pairs(const float *d, const k
                 v0 *= rs * sbt[grb == 1 ? n : n / grb];
                 v1 *= n + 1 < N ? rs * sbt[grb == 1 ? n + 1 : (n + 1) / grb] : 0.0f;
             }
-#else
-            if (sa) {
-                v0 *= rs * sb[at.g * sbg + n / grb];
-                v1 *= n + 1 < N ? rs * sb[at.g * sbg + (n + 1) / grb] : 0.0f;
-            }
-#endif
             kg_wg_store(row + (kg_i64)n * scn, v0, v1, n + 1 < N, scn, Out());
         }
     }

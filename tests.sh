@@ -458,6 +458,17 @@ for c in "gemm --dtype e4m3 --scaling block --shape 300x260x1000" "gemm --dtype 
 done
 expect 2 "--inject scale-index on tensor scaling" $K gemm --device cpu --dtype e4m3 --shape 64x64x64 --inject scale-index
 one_line "scale-index needs more than one scale"
+expect 2 "--inject scale-index on one group's tensor scaling" $K grouped --device cpu --dtype e4m3 --groups 64 \
+    --shape 64x64 --inject scale-index
+one_line "scale-index on one group needs more than one scale"
+# A wrong expert index: per tensor and grouped, each group's B scale read from the next group's.
+# Scaled inputs give each group's B its own magnitude (2^U(-2, 2), run.c in_stacked), so it fails
+# the SNR gate that --trades-precision keeps: 4.7 dB, where the inputs without that factor gave
+# 15.8 dB on this case, and an H200 kernel reading group 0's scale for every group passed (the
+# gates --trades-precision waives were the ones to fire).  Uniform inputs hide it.
+c="grouped --dtype e5m2 --scaling tensor --out f32 --groups 64,0,200,7 --shape 260x1024"
+expect 0 "uniform inputs hide a wrong group-scale index" $K $c --device cpu --repeat 1 --inject scale-index --inputs uniform
+lp_fault scale-index snr "kernel math" $c --trades-precision test
 # A truncating epilogue: inside every element tolerance, and its signed errors cancel on
 # zero-mean outputs, so the bias gate passes it; the rounding and sign-bias gates do not.
 for c in "gemm --shape 300x260x70" "gemm --dtype f16 --layout TN --shape 257x129x65 --bwd --inputs scaled" \
@@ -1281,9 +1292,9 @@ if [ -x "$nvcc" ] && [ -x "$ptxas" ]; then
     probs=$(sm90_ptx_check -DWG_BN=192)
     [ -z "$probs" ] && ok "-D WG_BN=192 (128x192 tiles: wgmma n192, fp8 halves n96) builds the same way: wgmma, no spill, no warning" \
         || bad "sm_90a, WG_BN=192: $probs"
-    probs=$(sm90_ptx_check -DWG_CLUSTER=2 -DWG_STORE_V4=0 -DFB_FUSED=1 -DFB_DQ_ATOMIC=1 -DWG_BN=128 -DWG_SCALE_COLS=1)
-    [ -z "$probs" ] && ok "the knobs' other side (-D WG_CLUSTER=2 -D WG_STORE_V4=0 -D FB_FUSED=1 -D FB_DQ_ATOMIC=1 -D WG_BN=128 -D WG_SCALE_COLS=1) builds the same way: wgmma, no spill, no warning" \
-        || bad "sm_90a, WG_CLUSTER=2 WG_STORE_V4=0 FB_FUSED=1 FB_DQ_ATOMIC=1 WG_BN=128 WG_SCALE_COLS=1: $probs"
+    probs=$(sm90_ptx_check -DWG_CLUSTER=2 -DWG_STORE_V4=0 -DFB_FUSED=1 -DFB_DQ_ATOMIC=1 -DWG_BN=128)
+    [ -z "$probs" ] && ok "the knobs' other side (-D WG_CLUSTER=2 -D WG_STORE_V4=0 -D FB_FUSED=1 -D FB_DQ_ATOMIC=1 -D WG_BN=128) builds the same way: wgmma, no spill, no warning" \
+        || bad "sm_90a, WG_CLUSTER=2 WG_STORE_V4=0 FB_FUSED=1 FB_DQ_ATOMIC=1 WG_BN=128: $probs"
     grep -q "kg_attn_bwd_fused_sm90_smem_d128" "$tmp/k90.ptx" && grep -q "cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32" "$tmp/k90.ptx" \
         && ok "-D FB_FUSED=1: the build publishes the fused backward's shared memory, and its dQ warp adds with a TMA bulk reduce" \
         || bad "-D FB_FUSED=1: no kg_attn_bwd_fused_sm90_smem_d128 or no bulk reduce in the PTX"

@@ -120,7 +120,7 @@ static size_t attn_slab_bytes(const struct attn_case *a)
  * (2^U(-0.5, 0.5) each). */
 static struct in_shape attn_shape(size_t tokens, size_t heads, size_t d)
 {
-    return (struct in_shape){ tokens, heads * d, d, tokens ? tokens : 1, 0.5, 0 };
+    return (struct in_shape){ tokens, heads * d, d, tokens ? tokens : 1, 0, 0.5, 0 };
 }
 
 /* Input stream id of an attention case: tokens x heads x d, normalised, then

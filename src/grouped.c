@@ -68,7 +68,7 @@ static void grouped_prepare_16(struct run *r)
     const uint32_t *offs = gs.offs;
     size_t M = offs[G];
     float *a = run_input(r, 1, in_gemm(M, K), t);
-    float *b_st = run_input(r, 2, bt ? in_gemm(G * N, K) : in_gemm(G * K, N), t);
+    float *b_st = run_input(r, 2, bt ? in_stacked(G, N, K) : in_stacked(G, K, N), t);
     uint64_t da = run_upload(r, a, M * K, t), db = run_upload(r, b_st, G * K * N, t);
     run_keep(r, "A", a, 'f', 2, M, K, 0);
     run_keep(r, "B", b_st, 'f', 3, G, bt ? N : K, bt ? K : N);

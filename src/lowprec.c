@@ -213,7 +213,7 @@ static void q_operand(struct run *r, struct qoperand *op, const char *name, int 
     op->g = (struct qgrid){ batch, rows, K, gr, gc };
     op->nblocks = qgrid_blocks(&op->g);
     op->code_bytes = batch * rows * q_row_bytes(q->f, K);
-    op->master = run_input(r, id, in_gemm(batch * rows, K), DT_BF16);
+    op->master = run_input(r, id, in_stacked(batch, rows, K), DT_BF16);
     op->codes = run_owned(r, op->code_bytes + 1);
     op->s = run_host(r, op->nblocks + 1);
     op->e8 = run_owned(r, op->nblocks + 1);
@@ -292,15 +292,23 @@ static void qgrouped_prepare(struct run *r)
     }
 }
 
+/* i's neighbour among n indices (i ^ 1, or i - 1 past the end; i alone). */
+static size_t q_neighbour(size_t i, size_t n)
+{
+    return (i ^ 1) < n ? i ^ 1 : i > 0 ? i - 1 : i;
+}
+
 /* The index of the scale block next to block b of operand op's grid, as a
  * wrong scale index reads it: the neighbouring K block when a row has
- * several, else the neighbouring row block (b itself when there is none). */
+ * several, else the neighbouring row block of its matrix, else the
+ * neighbouring matrix's block (b itself when there is none). */
 static size_t q_neighbour_block(const struct qoperand *op, size_t b)
 {
-    size_t nbr = qgrid_nbr(&op->g), nbc = qgrid_nbc(&op->g), bi = b / nbc, bj = b % nbc;
-    if (nbc > 1) return bi * nbc + ((bj ^ 1) < nbc ? bj ^ 1 : bj - 1);
-    if (nbr > 1) return ((bi ^ 1) < nbr ? bi ^ 1 : bi - 1) * nbc + bj;
-    return b;
+    size_t nbr = qgrid_nbr(&op->g), nbc = qgrid_nbc(&op->g), per = nbr * nbc;
+    size_t z = b / per, bi = b % per / nbc, bj = b % nbc;
+    if (nbc > 1) return z * per + bi * nbc + q_neighbour(bj, nbc);
+    if (nbr > 1) return z * per + q_neighbour(bi, nbr) * nbc + bj;
+    return q_neighbour(z, op->g.batch) * per + bi * nbc + bj;
 }
 
 /* A low-precision product on the CPU: the codes and scales read back from
@@ -542,22 +550,25 @@ static void q_inj_precision(struct inject_ctx *x)
 
 /* Replace the output by what a kernel with a wrong scale index computes:
  * each A scale block read from its neighbour's (the next K block, or the
- * next row when a row has one scale), from ref.c's candidate on the host's
- * decoded codes and scales so indexed (any device).  Caught when
- * neighbouring blocks' amaxes differ, as scaled inputs make them; uniform
- * inputs give every block nearly the same scale. */
+ * next row when a row has one scale); where A has one scale (per tensor,
+ * grouped), each group's B scale read from the next group's (a wrong
+ * expert index).  From ref.c's candidate on the host's decoded codes and
+ * scales so indexed (any device).  Caught when neighbouring blocks' amaxes
+ * differ, as scaled inputs make them; uniform inputs give every block
+ * nearly the same scale. */
 static void q_inj_scale_index(struct inject_ctx *x)
 {
     const struct qrun *q = x->r->q;
-    const struct qoperand *A = &q->op[0];
+    const struct qoperand *A = &q->op[0], *B = &q->op[1], *op = A->nblocks > 1 ? A : B;
     const struct output *p = x->o;
     size_t groups = p->pl.ragged == RAG_ROWS ? p->pl.groups : 1;
-    float *sa = xmalloc(A->nblocks * sizeof(float) + 1);
-    for (size_t k = 0; k < A->nblocks; k++) sa[k] = A->sf[q_neighbour_block(A, k)];
+    float *sa = xmalloc(op->nblocks * sizeof(float) + 1);
+    for (size_t k = 0; k < op->nblocks; k++) sa[k] = op->sf[q_neighbour_block(op, k)];
     void *raw = xcalloc(1, p->elems * DTYPES[p->dt].bytes + 1);
     for (size_t g = 0; g < groups; g++) {
         struct qprod pr = q->prods[g];
-        pr.sx = sa + (pr.sx - A->sf);
+        if (op == A) pr.sx = sa + (pr.sx - A->sf);
+        else pr.sy = sa + (pr.sy - B->sf);
         size_t row0 = p->pl.ragged == RAG_ROWS ? p->pl.offs[g] : 0;
         cpu_candidate_qgemm(p->dt, &pr, (char *)raw + row0 * p->srow * DTYPES[p->dt].bytes, p->srow, p->scol);
     }
@@ -568,11 +579,14 @@ static void q_inj_scale_index(struct inject_ctx *x)
 }
 
 /* The scale-index fault's unfit hook: NULL if case c is low precision with
- * more than one scale per tensor, else why it cannot be planted. */
+ * more than one scale per tensor, or grouped in two groups or more (a
+ * scale per group's B), else why it cannot be planted. */
 static const char *q_inj_index_unfit(const struct kcase *c)
 {
     if (c->qfmt == Q_NONE) return "needs a low-precision case (--dtype " Q_NAMES ")";
-    return c->scaling == QS_TENSOR ? "needs row, block or MX scaling (one scale per tensor has no neighbour)" : NULL;
+    return c->scaling == QS_TENSOR && (strcmp(c->op->name, "grouped") != 0 || c->nlens < 2)
+               ? "needs row, block or MX scaling, or two groups or more (one scale per tensor has no neighbour)"
+               : NULL;
 }
 
 /* The unfit hook of the faults above: NULL if case c is low precision, else

@@ -163,12 +163,15 @@ static void run_release(struct run *r)
 /* How an input tensor is laid out, for the scaled distribution: rows x
  * cols stored row-major; magnitudes vary per row (2^U(-2s, 2s)), per
  * segment (a row's run of seg columns: 2^U(-s, s)), per block (blk rows of
- * a segment's columns: 2^U(-s, s)), and, with outliers, one column in
- * OUTLIER_EVERY (seeded) is OUTLIER_GAIN times larger.  GEMM operands:
- * seg = blk = 128 (the 1x128 and 128x128 scale blocks), s = 2, outliers;
+ * a segment's columns: 2^U(-s, s)), per matrix of a stack (mat rows each,
+ * when the tensor holds more than one: 2^U(-s, s)), and, with outliers,
+ * one column in OUTLIER_EVERY (seeded) is OUTLIER_GAIN times larger.  GEMM
+ * operands: seg = blk = 128 (the 1x128 and 128x128 scale blocks), s = 2,
+ * outliers, and mat the rows of one group's B (grouped: each group's
+ * per-tensor scale then differs from its neighbour's, as experts' do);
  * attention: seg = the head dim and blk = every row (per token, per token
  * and head, per head), s = 0.5. */
-struct in_shape { size_t rows, cols, seg, blk; double s; int outliers; };
+struct in_shape { size_t rows, cols, seg, blk, mat; double s; int outliers; };
 
 #define IN_BLOCK 128         /* the 1x128 and 128x128 blocks of blockwise fp8 scaling */
 #define OUTLIER_EVERY 128
@@ -177,7 +180,15 @@ struct in_shape { size_t rows, cols, seg, blk; double s; int outliers; };
 /* A GEMM operand's in_shape: rows x cols. */
 static struct in_shape in_gemm(size_t rows, size_t cols)
 {
-    return (struct in_shape){ rows, cols, IN_BLOCK, IN_BLOCK, 2.0, 1 };
+    return (struct in_shape){ rows, cols, IN_BLOCK, IN_BLOCK, 0, 2.0, 1 };
+}
+
+/* A stack of `batch` GEMM operands (a grouped B): batch x rows x cols. */
+static struct in_shape in_stacked(size_t batch, size_t rows, size_t cols)
+{
+    struct in_shape sh = in_gemm(batch * rows, cols);
+    sh.mat = batch > 1 ? rows : 0;
+    return sh;
 }
 
 /* The magnitude factor of element (i, j) of the scaled distribution. */
@@ -185,7 +196,8 @@ static float in_scaled_factor(const struct in_shape *sh, uint64_t key, size_t i,
 {
     size_t nseg = (sh->cols + sh->seg - 1) / sh->seg, sg = j / sh->seg;
     double e = 2 * sh->s * rng_sym(mix64(key ^ 1), i) + sh->s * rng_sym(mix64(key ^ 2), i * nseg + sg) +
-               sh->s * rng_sym(mix64(key ^ 3), i / sh->blk * nseg + sg);
+               sh->s * rng_sym(mix64(key ^ 3), i / sh->blk * nseg + sg) +
+               (sh->mat ? sh->s * rng_sym(mix64(key ^ 5), i / sh->mat) : 0.0);
     float f = exp2f((float)e);
     if (sh->outliers && rng_at(mix64(key ^ 4), j) % OUTLIER_EVERY == 0) f *= OUTLIER_GAIN;
     return f;
