@@ -24,13 +24,15 @@
 //   kg_clock                           the SM clock, read by the timer between samples
 // sm_90a only (Hopper: wgmma, TMA, mbarrier; optional in a --kernels file):
 //   kg_gemm_sm90_{f16,bf16}            persistent GEMM and grouped GEMM, K-major operands
-//   kg_qgemm_sm90_{e4m3,e5m2}_bf16     the same for fp8 with per-tensor or per-row scales
-//   kg_qgemm_sm90_blk_{e4m3,e5m2}_bf16 the same with blockwise scales (1 x 128 of A, 128 x 128 of B)
+//   kg_qgemm_sm90_{e4m3,e5m2}_{bf16,f32}     the same for fp8 with per-tensor or per-row scales
+//   kg_qgemm_sm90_blk_{e4m3,e5m2}_{bf16,f32} the same with blockwise scales (1 x 128 of A, 128 x 128 of B)
 //   kg_pack_rows                       copies an operand TMA cannot read into 16-byte rows
 // gfx942 only (CDNA3: MFMA; optional in a --kernels file):
 //   kg_gemm_mfma_{f16,bf16}            kg_gemm_<dt> on v_mfma_f32_32x32x8 (every layout, strided)
 //   kg_grouped_mfma_{f16,bf16}         kg_grouped_<dt> on the same kernel (ragged rows)
 //   kg_grouped_wgrad_mfma_{f16,bf16}   kg_grouped_wgrad_<dt> on the same kernel (ragged inner)
+//   kg_qgemm_mfma_{fp8,bf8}_{bf16,f32} kg_qgemm_<out> for FNUZ fp8 on v_mfma_f32_32x32x16 (scales per tensor or row)
+//   kg_qgrouped_mfma_{fp8,bf8}_{bf16,f32} kg_qgrouped_<out> on the same kernel (ragged rows)
 
 // ===== Prelude: the few names that differ between compilers =====
 
@@ -3820,6 +3822,204 @@ __device__ static inline void kg_qgrouped(const unsigned char *A, const unsigned
 
 KG_QGEMM_ENTRIES(f32, kg_f32)
 KG_QGEMM_ENTRIES(bf16, kg_bf16)
+
+// ===== fp8 GEMM, CDNA3 path (gfx942): MFMA =====
+//
+// kg_qgemm_mfma_{fp8,bf8}_{bf16,f32}: kg_qgemm_<out>'s product, arguments
+// and contract for FNUZ E4M3 (fp8) or E5M2 (bf8) codes whose scales have
+// one block along K (per tensor or per row: gck >= K; the host routes
+// nothing else here; fmt, mx and gck are taken and unused), on the matrix
+// cores, v_mfma_f32_32x32x16_{fp8_fp8,bf8_bf8}:
+//   C[m][n] = D::st(P * (sa * sb)),  P the MFMAs' fp32 sum over all of K,
+//   sa = SA[m / gra], sb = SB[sb0 + n / grb]  (fp32 scales)
+// which is the portable kernel's formula for one K block, P summed in
+// another order.  K = 0 writes zeros.  Deterministic, no atomics.
+//   - Grid, waves, tiles and the accumulators as kg_gemm_mfma ("GEMM, CDNA3
+//     path"): 128 x 128 tiles, four waves of 2 x 2 MFMA blocks of 32 x 32.
+//   - K in steps of MF8_BK = 64 codes, so that a tile row is 64 bytes as the
+//     16-bit kernel's is; 16 MFMAs a step.  Operands are rows of K codes (K
+//     bytes apart), read 16 bytes at a time when the 16 lie inside the
+//     matrix and the address is aligned, byte by byte otherwise; zeros
+//     outside M, N or K.  LDS rows MF8_LD = 72 bytes apart.
+//   - Fragments, from AMD's matrix instruction calculator (CDNA3; its tables
+//     are .ci/mfma_gfx942_32x32x16_fp8.txt, the same for bf8): lane l gives
+//     A's row l%32 at k = 8(l/32) .. +7 and B's column l%32 at the same k
+//     (8 contiguous bytes of LDS each, the first code in the low byte); the
+//     accumulators are laid out as 32x32x8's.
+// kg_qgrouped_mfma_{fp8,bf8}_{bf16,f32}: kg_qgrouped_<out>'s on the same
+// kernel, as kg_grouped_mfma_<dt> is (ragged rows counted in tiles of 64, a
+// block at an odd tile leaving at once; rows and A's scales global).
+// Whether the fp8 MFMA's sums keep an fp32 output's baseline is a question
+// for the first MI300X run (on sm_90a the tensor cores' fp8 sums do not).
+
+#if defined(KG_MFMA)
+// >>> kgate-index (plain C)
+#define MF8_BK 64
+#define MF8_LD (MF8_BK + 8)
+// v_mfma_f32_32x32x16_{fp8,bf8}: the k of lane l's element i (i < 8); its
+// row of A (column of B) is kg_mf_ab_rc(l), its accumulators 32x32x8's.
+KG_IX int kg_mf8_ab_k(int l, int i) { return 8 * (l / 32) + i; }
+// The LDS byte of a tile's row r, k.
+KG_IX int kg_mf8_lds(int r, int k) { return r * MF8_LD + k; }
+// Thread t's load j (j < 2) of a tile (128 rows x MF8_BK codes): the row and
+// the first k of its 16 codes.
+KG_IX int kg_mf8_load_row(int t, int j) { return (t + MF_THREADS * j) / (MF8_BK / 16); }
+KG_IX int kg_mf8_load_k(int t, int j) { return 16 * ((t + MF_THREADS * j) % (MF8_BK / 16)); }
+// <<< kgate-index
+
+// One MFMA 32x32x16 of E4M3 FNUZ (E5 = 0) or E5M2 FNUZ (E5 = 1) codes: acc +=
+// A(a) B(b), a and b the lane's 8 codes (the first in the low byte).
+template <int E5>
+__device__ static inline kg_mf_acc kg_mf8_mma(unsigned long long a, unsigned long long b, kg_mf_acc acc) {
+    if (E5) return __builtin_amdgcn_mfma_f32_32x32x16_bf8_bf8((long)a, (long)b, acc, 0, 0, 0);
+    return __builtin_amdgcn_mfma_f32_32x32x16_fp8_fp8((long)a, (long)b, acc, 0, 0, 0);
+}
+
+// Thread t's share of the tile of rows [r0, r0 + 128) (of R) and codes [k0,
+// k0 + MF8_BK) (of K) of rows of K codes at P, into q (four codes to a
+// word, the first in the low byte; zeros outside R or K).
+__device__ static inline void kg_mf8_fetch(kg_mf_part &q, const unsigned char *P, int R, int K, int r0, int k0,
+                                           int t) {
+#pragma unroll
+    for (int j = 0; j < 2; j++) {
+        const int r = r0 + kg_mf8_load_row(t, j), k = k0 + kg_mf8_load_k(t, j);
+        const unsigned char *p = P + (kg_i64)r * K + k;
+        if (r < R && k + 15 < K && ((unsigned long long)p & 15) == 0) {
+            const kg_mf_u4 v = *(const kg_mf_u4 *)p;
+            q.w[4 * j] = v.x, q.w[4 * j + 1] = v.y, q.w[4 * j + 2] = v.z, q.w[4 * j + 3] = v.w;
+            continue;
+        }
+#pragma unroll
+        for (int e = 0; e < 16; e += 4) {
+            unsigned v = 0;
+#pragma unroll
+            for (int b = 0; b < 4; b++) v |= (r < R && k + e + b < K ? (unsigned)p[e + b] : 0u) << (8 * b);
+            q.w[4 * j + e / 4] = v;
+        }
+    }
+}
+
+// q into the LDS tile s, where it was fetched from.
+__device__ static inline void kg_mf8_put(const kg_mf_part &q, unsigned char *s, int t) {
+#pragma unroll
+    for (int j = 0; j < 2; j++) {
+        unsigned char *d = s + kg_mf8_lds(kg_mf8_load_row(t, j), kg_mf8_load_k(t, j));
+#pragma unroll
+        for (int h = 0; h < 2; h++)   // 8-byte stores: the rows are 72 bytes apart
+            *(unsigned long long *)(d + 8 * h) = q.w[4 * j + 2 * h] | (unsigned long long)q.w[4 * j + 2 * h + 1] << 32;
+    }
+}
+
+// One K step of wave w's 2 x 2 blocks from the LDS tiles xs, ys (lane l);
+// unrolled by 2, as kg_mf_step.
+template <int E5>
+__device__ static inline void kg_mf8_step(kg_mf_acc acc[2][2], const unsigned char *xs, const unsigned char *ys, int w,
+                                          int l) {
+#pragma unroll 2
+    for (int kk = 0; kk < MF8_BK; kk += 16) {
+        unsigned long long a[2], b[2];
+#pragma unroll
+        for (int x = 0; x < 2; x++) {
+            a[x] = *(const unsigned long long *)(xs + kg_mf8_lds(kg_mf_wave_row(w) + 32 * x + kg_mf_ab_rc(l),
+                                                                   kk + kg_mf8_ab_k(l, 0)));
+            b[x] = *(const unsigned long long *)(ys + kg_mf8_lds(kg_mf_wave_col(w) + 32 * x + kg_mf_ab_rc(l),
+                                                                   kk + kg_mf8_ab_k(l, 0)));
+        }
+#pragma unroll
+        for (int x = 0; x < 2; x++)
+#pragma unroll
+            for (int y = 0; y < 2; y++) acc[x][y] = kg_mf8_mma<E5>(a[x], b[y], acc[x][y]);
+    }
+}
+
+// The block's MF_BM x MF_BN tile of C at (m0, n0), rows m0.. below M: the
+// section's formula (A's rows and scales indexed by m as given, B's scales
+// from sb0).  Every thread of the block must call it.
+template <int E5, class D>
+__device__ static inline __attribute__((always_inline)) void kg_qgemm_mfma(const unsigned char *A,
+                                                                           const unsigned char *B, const float *SA,
+                                                                           const float *SB, kg_i64 sb0,
+                                                                           typename D::S *C, int M, int N, int K,
+                                                                           int gra, int grb, int m0, int n0) {
+    __shared__ __attribute__((aligned(16))) unsigned char xs[MF_BM * MF8_LD], ys[MF_BN * MF8_LD];
+    const int t = (int)kg_tid(), w = t / 64, l = t % 64;
+    kg_mf_acc acc[2][2];
+#pragma unroll
+    for (int x = 0; x < 2; x++)
+#pragma unroll
+        for (int y = 0; y < 2; y++)
+#pragma unroll
+            for (int i = 0; i < 16; i++) acc[x][y][i] = 0.0f;
+    kg_mf_part qx, qy;
+    if (K > 0) {
+        kg_mf8_fetch(qx, A, M, K, m0, 0, t);
+        kg_mf8_fetch(qy, B, N, K, n0, 0, t);
+        kg_mf8_put(qx, xs, t);
+        kg_mf8_put(qy, ys, t);
+        kg_sync();
+    }
+    for (int k0 = 0; k0 < K; k0 += MF8_BK) {
+        const int more = k0 + MF8_BK < K;
+        if (more) {   // the next step's tiles load while this one computes
+            kg_mf8_fetch(qx, A, M, K, m0, k0 + MF8_BK, t);
+            kg_mf8_fetch(qy, B, N, K, n0, k0 + MF8_BK, t);
+        }
+        kg_mf8_step<E5>(acc, xs, ys, w, l);
+        kg_sync();
+        if (more) {
+            kg_mf8_put(qx, xs, t);
+            kg_mf8_put(qy, ys, t);
+            kg_sync();
+        }
+    }
+#pragma unroll
+    for (int x = 0; x < 2; x++)
+#pragma unroll
+        for (int y = 0; y < 2; y++) {
+            const int n = n0 + kg_mf_wave_col(w) + 32 * y + kg_mf_d_col(l);
+            const float sb = n < N && K > 0 ? SB[sb0 + n / grb] : 0.0f;
+#pragma unroll
+            for (int i = 0; i < 16; i++) {
+                const int m = m0 + kg_mf_wave_row(w) + 32 * x + kg_mf_d_row(l, i);
+                if (m < M && n < N) C[(kg_i64)m * N + n] = D::st(K > 0 ? acc[x][y][i] * (SA[m / gra] * sb) : 0.0f);
+            }
+        }
+}
+
+// The tile kgate sizes kg_qgemm_mfma_*'s grid by; its presence says the
+// entries exist (gfx942 builds).
+extern "C" __device__ int kg_qgemm_mfma_tile = MF_BM;
+
+#define KG_QGEMM_MFMA_ENTRIES(fmt, E5, out, D)                                                     \
+    KG_ATOMICS(kg_qgemm_mfma_##fmt##_##out, 0)                                                     \
+    KG_ATOMICS(kg_qgrouped_mfma_##fmt##_##out, 0)                                                  \
+    extern "C" __global__ void KG_LAUNCH_BOUNDS(MF_THREADS)                                       \
+    kg_qgemm_mfma_##fmt##_##out(const unsigned char *A, const unsigned char *B, const void *SA,    \
+                                const void *SB, D::S *C, int M, int N, int K, int, int, int gra,   \
+                                int grb, int)                                                      \
+    {                                                                                              \
+        kg_qgemm_mfma<E5, D>(A, B, (const float *)SA, (const float *)SB, 0, C, M, N, K, gra, grb,  \
+                             (int)kg_bid_y() * MF_BM, (int)kg_bid_x() * MF_BN);                    \
+    }                                                                                              \
+    extern "C" __global__ void KG_LAUNCH_BOUNDS(MF_THREADS)                                       \
+    kg_qgrouped_mfma_##fmt##_##out(const unsigned char *A, const unsigned char *B, const void *SA, \
+                                   const void *SB, D::S *C, const int *offs, const int *tile_offs, \
+                                   int G, int N, int K, int, int, int gra, int grb, int)           \
+    {                                                                                              \
+        const int y = (int)kg_bid_y();                                                             \
+        if (G <= 0 || y >= tile_offs[G]) return;   /* the whole block leaves, before any barrier */ \
+        const int g = kg_group_of_tile(tile_offs, G, y), r = kg_mf_group_row(y - tile_offs[g]);    \
+        if (r < 0) return;                                                                         \
+        kg_qgemm_mfma<E5, D>(A, B + (kg_i64)g * N * K, (const float *)SA, (const float *)SB,       \
+                             (kg_i64)g * ((N + grb - 1) / grb), C, offs[g + 1], N, K, gra, grb,    \
+                             offs[g] + r, (int)kg_bid_x() * MF_BN);                                \
+    }
+
+KG_QGEMM_MFMA_ENTRIES(fp8, 0, bf16, kg_bf16)
+KG_QGEMM_MFMA_ENTRIES(bf8, 1, bf16, kg_bf16)
+KG_QGEMM_MFMA_ENTRIES(fp8, 0, f32, kg_f32)
+KG_QGEMM_MFMA_ENTRIES(bf8, 1, f32, kg_f32)
+#endif // KG_MFMA
 
 // ===== Clock probe =====
 //

@@ -960,7 +960,9 @@ entry_points="kg_gemm_f32 kg_gemm_f16 kg_gemm_bf16 kg_grouped_bf16 kg_grouped_wg
               kg_attn_fwd_f16 kg_attn_bwd_pre_bf16 kg_attn_bwd_dkdv_bf16 kg_attn_bwd_dq_f16
               kg_quantize kg_qgemm_bf16 kg_qgemm_f32 kg_qgrouped_bf16 kg_qgrouped_f32"
 mfma_entries="kg_gemm_mfma_f16 kg_gemm_mfma_bf16 kg_grouped_mfma_f16 kg_grouped_mfma_bf16 kg_grouped_wgrad_mfma_f16
-              kg_grouped_wgrad_mfma_bf16"   # gfx942 only
+              kg_grouped_wgrad_mfma_bf16 kg_qgemm_mfma_fp8_bf16 kg_qgrouped_mfma_fp8_bf16 kg_qgemm_mfma_bf8_bf16
+              kg_qgrouped_mfma_bf8_bf16 kg_qgemm_mfma_fp8_f32 kg_qgrouped_mfma_fp8_f32 kg_qgemm_mfma_bf8_f32
+              kg_qgrouped_mfma_bf8_f32"   # gfx942 only
 if command -v clang-19 >/dev/null && command -v llvm-objdump-19 >/dev/null; then
     if clang-19 -x hip --offload-arch=gfx942 -nogpulib -nogpuinc --cuda-device-only --no-gpu-bundle-output \
         -O3 -Wall -Werror kernels.hip -o "$tmp/k.co" >"$tmp/err" 2>&1; then
@@ -986,10 +988,10 @@ mfma_check() {
     mkdir -p "$1"
     awk '/>>> kgate-index/{p=1; next} /<<< kgate-index/{p=0} p' kernels.hip | sed "${2:-}" >"$1/mfidx.h"
     cp .ci/mfma_check.c "$1/" && cc -std=c11 -Wall -Wextra -Werror -O2 -o "$1/check" "$1/mfma_check.c" >"$1/build" 2>&1 \
-        && "$1/check" .ci/mfma_gfx942_32x32x8.txt >"$1/out" 2>&1
+        && "$1/check" .ci/mfma_gfx942_32x32x8.txt .ci/mfma_gfx942_32x32x16_fp8.txt >"$1/out" 2>&1
 }
 if mfma_check "$tmp/mfi"; then
-    ok "kernels.hip's MFMA index functions: the lane layouts of A, B and D agree with the calculator's tables; $(grep -c '^exact: [0-9]' "$tmp/mfi/out") tiles exact (both majors of each operand, tails, K = 0); grouped rows each in one block ($(grep -c '^exact: grouped' "$tmp/mfi/out") offset lists)"
+    ok "kernels.hip's MFMA index functions: the lane layouts of A, B and D agree with the calculator's tables (32x32x8 and fp8 32x32x16); $(grep -c '^exact: [0-9]' "$tmp/mfi/out") 16-bit tiles exact (both majors of each operand, tails, K = 0), $(grep -c '^exact: fp8' "$tmp/mfi/out") fp8 tiles; grouped rows each in one block ($(grep -c '^exact: grouped' "$tmp/mfi/out") offset lists)"
 else bad "MFMA index check: $(head -c 600 "$tmp/mfi/build" "$tmp/mfi/out" 2>/dev/null)"; fi
 # planted: an accumulator row formula without its i % 4; an 8-element load that skips half of K's step
 if ! mfma_check "$tmp/mfp1" 's|return 8 \* (i / 4) + 4 \* (l / 32) + i % 4;|return 8 * (i / 4) + 4 * (l / 32);|' \
@@ -1000,6 +1002,16 @@ if ! mfma_check "$tmp/mfp2" 's|8 \* ((t + MF_THREADS \* j) % (MF_BK / 8))|8 * ((
     && grep -q "^agree" "$tmp/mfp2/out" && grep -q "^WRONG: 128x128x32, X K-contiguous" "$tmp/mfp2/out"; then
     ok "planted: a K-contiguous load covering half the step passes the table check and fails the tiles ($(grep -c '^WRONG' "$tmp/mfp2/out") of 20)"
 else bad "planted load: $(head -c 400 "$tmp/mfp2/out")"; fi
+# planted, fp8: a lane's k formula of 32x32x8 (4 codes a lane, not 8); a 16-code load that skips half of K's step
+if ! mfma_check "$tmp/mfp4" 's|return 8 \* (l / 32) + i;|return 4 * (l / 32) + i;|' \
+    && grep -q "^fp8 A: lane 32 element 0: kernel (0,4), calculator (0,8)" "$tmp/mfp4/out" \
+    && grep -q "^WRONG: fp8 128x128x64" "$tmp/mfp4/out" && grep -q "^agree: the lane" "$tmp/mfp4/out"; then
+    ok "planted, fp8: a lane's k as 32x32x8's is named against the fp8 table, and its tiles are wrong; the 16-bit tables still agree"
+else bad "planted fp8 k: $(head -c 400 "$tmp/mfp4/out")"; fi
+if ! mfma_check "$tmp/mfp5" 's|16 \* ((t + MF_THREADS \* j) % (MF8_BK / 16))|16 * ((t + MF_THREADS * j) % (MF8_BK / 32))|' \
+    && grep -q "^agree: fp8" "$tmp/mfp5/out" && grep -q "^WRONG: fp8 128x128x64" "$tmp/mfp5/out" && ! grep -q "^WRONG: [0-9]" "$tmp/mfp5/out"; then
+    ok "planted, fp8: a load covering half the step passes the table check and fails the fp8 tiles ($(grep -c '^WRONG: fp8' "$tmp/mfp5/out") of 5) alone"
+else bad "planted fp8 load: $(head -c 400 "$tmp/mfp5/out")"; fi
 # planted: every grouped block computes (the odd ones too): rows covered twice
 if ! mfma_check "$tmp/mfp3" 's|return j % (MF_BM / 64) ? -1 : 64 \* j;|return 64 * j;|' && [ "$(grep -c '^WRONG: grouped' "$tmp/mfp3/out")" = 2 ] && ! grep -q "^WRONG: [0-9]" "$tmp/mfp3/out"; then
     ok "planted: grouped blocks that all compute are named on both offset lists (rows in two blocks)"
@@ -1069,25 +1081,27 @@ EOF
     done
     rows=$(grep -c "^kg_" "$tmp/out")
     zero=$(grep "^kg_" "$tmp/out" | while read -r k _; do [ "$(col "$k" matrix)" = 0 ] && echo; done | wc -l)
-    [ "$listed" -eq 15 ] && [ "$zero" -eq $((rows - 6)) ] \
-        && ok "isa lists kernels.hip's $rows kernels for gfx942 (the 15 portable entries checked among them); all but the 6 MFMA entries without a matrix instruction" \
+    [ "$listed" -eq 15 ] && [ "$zero" -eq $((rows - 14)) ] \
+        && ok "isa lists kernels.hip's $rows kernels for gfx942 (the 15 portable entries checked among them); all but the 14 MFMA entries without a matrix instruction" \
         || bad "kernels.hip gfx942: $listed of 15 entry points listed, $zero of $rows rows with 0 matrix instructions"
-    # each MFMA entry: v_mfma_f32_32x32x8 (8 a loop body: one K step, unrolled by 2), no scratch or spill, and
+    # each MFMA entry: v_mfma_f32_32x32x8 (fp8: 32x32x16; 8 a loop body: one K step, unrolled by 2), no scratch or spill, and
     # registers and LDS that let two blocks (8 waves, 2 a SIMD) share a CU: VGPRs + AGPRs <= 256, LDS <= 32 KiB
     for k in $mfma_entries; do
         m=$(col $k mfma) v=$(col $k vgpr) a=$(col $k agpr) lds=$(col $k lds) scr=$(col $k scratch) sp=$(col $k vspill)
         first=$(grep "^$k " "$tmp/out" | awk '{print $NF}')
         occ=$(( ${v:-999} > 0 ? 512 / ${v:-999} : 0 ))
         if [ "${m:-0}" -ge 8 ] 2>/dev/null && [ "$scr" = 0 ] && [ "$sp" = 0 ] && [ "${v:-999}" -le 256 ] 2>/dev/null \
-            && [ "${lds:-99999}" -le 32768 ] 2>/dev/null && [[ "$first" == v_mfma_f32_32x32x8* ]]; then
+            && [ "${lds:-99999}" -le 32768 ] 2>/dev/null \
+            && { [[ "$k" != kg_q* && "$first" == v_mfma_f32_32x32x8* ]] || [[ "$k" == kg_q*_fp8_* && "$first" == v_mfma_f32_32x32x16_fp8_fp8 ]] \
+                 || [[ "$k" == kg_q*_bf8_* && "$first" == v_mfma_f32_32x32x16_bf8_bf8 ]]; }; then
             ok "gfx942 $k: $m $first, $v VGPRs (of them $a AGPRs), LDS $lds B, no scratch: $occ waves a SIMD by registers, $((65536 / lds)) blocks a CU by LDS"
         else bad "gfx942 $k: mfma '$m' first '$first' vgpr '$v' agpr '$a' lds '$lds' scratch '$scr' vspill '$sp'"; fi
     done
     expect 0 "isa --expect mfma passes on kernels.hip" $K isa --arch gfx942 --expect mfma
-    has "$tmp/out" "^expect mfma: pass: 6 of $rows kernels hold mfma instructions: kg_gemm_mfma_f16, kg_gemm_mfma_bf16, kg_grouped_mfma_f16, kg_grouped_mfma_bf16, kg_grouped_wgrad_mfma_f16, kg_grouped_wgrad_mfma_bf16$" \
-        "--expect names the six MFMA entries"
+    has "$tmp/out" "^expect mfma: pass: 14 of $rows kernels hold mfma instructions: kg_gemm_mfma_f16, kg_gemm_mfma_bf16, kg_grouped_mfma_f16, kg_grouped_mfma_bf16, kg_grouped_wgrad_mfma_f16, kg_grouped_wgrad_mfma_bf16, kg_qgemm_mfma_fp8_bf16, kg_qgrouped_mfma_fp8_bf16, kg_qgemm_mfma_bf8_bf16, kg_qgrouped_mfma_bf8_bf16, kg_qgemm_mfma_fp8_f32, kg_qgrouped_mfma_fp8_f32, kg_qgemm_mfma_bf8_f32, kg_qgrouped_mfma_bf8_f32$" \
+        "--expect names the fourteen MFMA entries"
     expect 1 "isa --expect mfma fails on a -D KG_PORTABLE=1 build" $K isa --arch gfx942 --expect mfma --variant portable -D KG_PORTABLE=1
-    has "$tmp/out" "^expect mfma: FAIL: none of the $((rows - 6)) kernels holds mfma instructions" "the failure says none of them has it"
+    has "$tmp/out" "^expect mfma: FAIL: none of the $((rows - 14)) kernels holds mfma instructions" "the failure says none of them has it"
 
     mkdir -p "$tmp/nodis"                           # clang-19, but no disassembler
     ln -sf "$(command -v clang-19)" "$tmp/nodis/clang-19"

@@ -360,6 +360,7 @@ struct arm {
     int sm90_qblock;              /* kg_qgemm_sm90_block: the K of a scale block kg_qgemm_sm90_blk_* take (0: none) */
     int sm90_qf32;                /* kg_qgemm_sm90_f32: 1 = it has the fp8 entries with an fp32 output (kg_qgemm_sm90_*_f32) */
     int mfma_tile;                /* kg_gemm_mfma_tile: 128 = it has the gfx942 MFMA GEMM (kg_gemm_mfma_<dt>); 0: none */
+    int mfma_qtile;               /* kg_qgemm_mfma_tile: 128 = it has the gfx942 MFMA fp8 GEMM (kg_qgemm_mfma_*); 0: none */
     int attn_sm90_smem[3];        /* kg_attn_sm90_smem_d{64,128,256}: > 0 = it has that sm_90a attention forward */
     int attn_bwd_smem[2][2];      /* [d64, d128][dK/dV, dQ]: kg_attn_bwd_sm90_smem_d<D>, kg_attn_bwd_dq_sm90_smem_d<D> */
     int attn_bwd_bm, attn_bwd_dq_bn;  /* the sm_90a backward's boxes: dK/dV's query rows, dQ's keys (64 or 128) */
@@ -434,7 +435,7 @@ static void arm_read_attn_bwd(struct device *d, struct arm *a)
 static void arm_build(struct device *d, struct arm *a)
 {
     a->tile_m = a->tile_n = a->f32_tile_m = a->f32_tile_n = 64;
-    a->sm90_smem = a->sm90_qblock = a->sm90_qf32 = a->mfma_tile = 0;
+    a->sm90_smem = a->sm90_qblock = a->sm90_qf32 = a->mfma_tile = a->mfma_qtile = 0;
     memset(a->attn_sm90_smem, 0, sizeof a->attn_sm90_smem);
     memset(a->attn_bwd_smem, 0, sizeof a->attn_bwd_smem);
     a->attn_bwd_fused_smem = 0;
@@ -454,6 +455,9 @@ static void arm_build(struct device *d, struct arm *a)
     a->mfma_tile = module_int(d, "kg_gemm_mfma", "_tile", 0);
     if (a->mfma_tile != 0 && a->mfma_tile != 128)
         die(EXIT_DEVICE, "%s publishes an MFMA GEMM tile of %d (want 128 x 128)", a->src_name, a->mfma_tile);
+    a->mfma_qtile = module_int(d, "kg_qgemm_mfma", "_tile", 0);
+    if (a->mfma_qtile != 0 && a->mfma_qtile != 128)
+        die(EXIT_DEVICE, "%s publishes an MFMA fp8 GEMM tile of %d (want 128 x 128)", a->src_name, a->mfma_qtile);
     a->sm90_smem = module_int(d, "kg_gemm_sm90", "_smem", 0);
     a->sm90_tile_m = module_int(d, "kg_gemm_sm90", "_tile_m", 0);
     a->sm90_tile_n = module_int(d, "kg_gemm_sm90", "_tile_n", 0);

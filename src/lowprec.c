@@ -372,25 +372,46 @@ static int q_sm90_launch(struct run *r, struct output *p)
     return 1;
 }
 
+/* Whether output p goes to gfx942's MFMA fp8 entries: the arm has them
+ * (kg_qgemm_mfma_tile) and the case is FNUZ E4M3 or E5M2 (the encoding
+ * gfx942 converts) with fp32 scales of one block along K (per tensor or
+ * per row), plain or grouped, with a bf16 or fp32 output. */
+static int q_mfma_takes(const struct run *r, const struct output *p)
+{
+    const struct qrun *q = r->q;
+    return r->d->arm->mfma_qtile > 0 && (q->f == Q_E4M3_FNUZ || q->f == Q_E5M2_FNUZ) && q->rule == QR_AMAX &&
+           q->gk >= p->pl.k;
+}
+
 /* A low-precision product: GPU kg_qgemm_<out> (grid N/BN x M/BM, the arm's
  * tile) or kg_qgrouped_<out> (grid N/BN x the groups' row tiles), 256
- * threads, reading ref.c's codes and scales; CPU: q_cpu_product. */
+ * threads, reading ref.c's codes and scales; on gfx942 (q_mfma_takes) the
+ * same launches of kg_q{gemm,grouped}_mfma_{fp8,bf8}_<out>, tiles of 128
+ * (ragged rows still counted in tiles of 64, a block at an odd one leaving
+ * at once); first the sm_90a path where it takes the output.  CPU:
+ * q_cpu_product. */
 static void q_launch(struct run *r, int o)
 {
+    static const char *const fname[2][2][3] = {   /* [grouped][f32]: portable, MFMA E4M3, MFMA E5M2 */
+        { { "kg_qgemm_bf16", "kg_qgemm_mfma_fp8_bf16", "kg_qgemm_mfma_bf8_bf16" },
+          { "kg_qgemm_f32", "kg_qgemm_mfma_fp8_f32", "kg_qgemm_mfma_bf8_f32" } },
+        { { "kg_qgrouped_bf16", "kg_qgrouped_mfma_fp8_bf16", "kg_qgrouped_mfma_bf8_bf16" },
+          { "kg_qgrouped_f32", "kg_qgrouped_mfma_fp8_f32", "kg_qgrouped_mfma_bf8_f32" } } };
     struct output *p = &r->out[o];
     struct qrun *q = r->q;
     struct prod_launch *L = &p->pl;
     if (r->d->kind == DEV_CPU) { q_cpu_product(r, p); return; }
     if (q_sm90_launch(r, p)) return;
-    int grouped = L->ragged == RAG_ROWS, f32 = p->dt == DT_F32;
-    const char *name = grouped ? (f32 ? "kg_qgrouped_f32" : "kg_qgrouped_bf16") : (f32 ? "kg_qgemm_f32" : "kg_qgemm_bf16");
+    const struct arm *a = r->d->arm;
+    int grouped = L->ragged == RAG_ROWS, f32 = p->dt == DT_F32, mf = q_mfma_takes(r, p);
+    const char *name = fname[grouped][f32][mf ? 1 + (q->f == Q_E5M2_FNUZ) : 0];
     int M = (int)L->m, N = (int)L->n, K = (int)L->k, G = (int)L->groups, fmt = (int)q->f, mx = q->rule != QR_AMAX;
     int gra = (int)q->op[0].g.gr, grb = (int)q->op[1].g.gr, gck = (int)q->gk;
-    unsigned gx = tile_count(N, r->d->arm->tile_n);
+    unsigned gx = tile_count(N, mf ? a->mfma_qtile : a->tile_n);
     uint64_t *sa = &q->op[0].d_scales, *sb = &q->op[1].d_scales;
     if (!grouped) {
         void *params[] = { &L->dx, &L->dy, sa, sb, &p->buf, &M, &N, &K, &fmt, &mx, &gra, &grb, &gck };
-        gpu_launch(r->d, name, gx, tile_count(M, r->d->arm->tile_m), 1, 256, params);
+        gpu_launch(r->d, name, gx, tile_count(M, mf ? a->mfma_qtile : a->tile_m), 1, 256, params);
     } else {
         product_tile_check(r->d);
         void *params[] = { &L->dx, &L->dy, sa, sb, &p->buf, &L->doffs, &L->dtiles, &G, &N, &K, &fmt, &mx,
