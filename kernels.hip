@@ -33,6 +33,7 @@
 //   kg_grouped_wgrad_mfma_{f16,bf16}   kg_grouped_wgrad_<dt> on the same kernel (ragged inner)
 //   kg_qgemm_mfma_{fp8,bf8}_{bf16,f32} kg_qgemm_<out> for FNUZ fp8 on v_mfma_f32_32x32x16 (scales per tensor or row)
 //   kg_qgrouped_mfma_{fp8,bf8}_{bf16,f32} kg_qgrouped_<out> on the same kernel (ragged rows)
+//   kg_attn_fwd_mfma_{f16,bf16}        kg_attn_fwd_<dt> on v_mfma_f32_32x32x8 (head dims up to 128)
 
 // ===== Prelude: the few names that differ between compilers =====
 
@@ -2407,6 +2408,182 @@ __device__ static inline void kg_attn_bwd_dq(const kg_u16 *Q, const kg_u16 *K, c
 
 KG_ATTN_ENTRIES(f16, kg_f16)
 KG_ATTN_ENTRIES(bf16, kg_bf16)
+
+// ===== Attention forward, CDNA3 path (gfx942): MFMA =====
+//
+// kg_attn_fwd_mfma_{f16,bf16}: kg_attn_fwd_<dt>'s forward, arguments and
+// contract ("Attention, portable path") for head dims up to MFA_DMAX, on
+// v_mfma_f32_32x32x8_{f16,bf16} with fp32 accumulation:
+//   - Grid (ceil(longest Sq / MFA_BM), Hq, B), 256 threads: four waves,
+//     wave w owning query rows 32w .. 32w + 31 of a tile of MFA_BM; blocks
+//     grid-stride over their sequence's tiles.  Q's fragments stay in
+//     registers for the whole tile.
+//   - Per key tile of MFA_BN keys: K's tile [key][d] and V's transposed
+//     [d][key] into LDS (zeros past Dh and past the sequence's keys); each
+//     wave's S (32 x 32) = Q K^T on MFMA; scaled, and -inf where the key is
+//     masked or past Sk; the online softmax per row: a row's 32 scores lie
+//     in one half-wave, in the same accumulator of each of its lanes
+//     (kg_mf_d_row), so its max and its sum are xor shuffles over 16, 8, 4,
+//     2, 1; P, rounded to the input's 16-bit type, through LDS into MFMA A
+//     fragments; O (32 x Dh: up to four 32 x 32 blocks) += P V.
+//   - The end: O = acc / l, LSE = m + log(l); a row that saw no key gets O =
+//     0 and LSE = -inf.  Every sum in a fixed order: deterministic, no
+//     atomics.
+// P is rounded to 16 bits before P V, as the sm_90a forward's wgmma takes
+// it; the row sums l keep the fp32 p.  Key tiles past a query tile's causal
+// limit are skipped.  The index functions between the kgate-index marks
+// are checked on the CPU with the GEMM's (.ci/mfma_check.c).
+
+#if defined(KG_MFMA)
+// >>> kgate-index (plain C)
+#define MFA_BM 128
+#define MFA_BN 32
+#define MFA_DMAX 128
+#define MFA_KLD (MFA_DMAX + 4)   // K's LDS rows, 16-bit elements: 264 bytes apart
+#define MFA_VLD (MFA_BN + 4)     // V^T's and P's LDS rows: 72 bytes apart
+// LDS: K's tile at key j, element d; V^T's at element d, key j; P's at the
+// tile's query row r, key j.
+KG_IX int kg_mfa_ks(int j, int d) { return j * MFA_KLD + d; }
+KG_IX int kg_mfa_vt(int d, int j) { return d * MFA_VLD + j; }
+KG_IX int kg_mfa_ps(int r, int j) { return r * MFA_VLD + j; }
+// Thread t's load e (e < 16) of a key tile (MFA_BN keys x MFA_DMAX): its key
+// and element, the element fastest (consecutive threads, consecutive bytes).
+KG_IX int kg_mfa_load_key(int t, int e) { return (t + MF_THREADS * e) / MFA_DMAX; }
+KG_IX int kg_mfa_load_d(int t, int e) { return (t + MF_THREADS * e) % MFA_DMAX; }
+// Round s (s < 5) of a row's reduction: lane l with lane l ^ kg_mfa_xor(s).
+KG_IX int kg_mfa_xor(int s) { return 16 >> s; }
+// <<< kgate-index
+
+// v of lane l ^ m (within the wave).
+__device__ static inline float kg_mfa_xor_get(float v, int l, int m) {
+    return kg_f32_from_bits((unsigned)__builtin_amdgcn_ds_bpermute(4 * (l ^ m), (int)kg_bits_from_f32(v)));
+}
+
+// The four 16-bit elements d .. d+3 of row `row` (of `rows`) of a [T][H][Dh]
+// tensor at head h, zeros past rows or Dh, as one 8-byte fragment.
+__device__ static inline unsigned long long kg_mfa_frag(const kg_u16 *P, int row, int rows, int H, int h, int Dh, int d) {
+    unsigned long long f = 0;
+    if (row >= rows) return 0;
+    const kg_u16 *p = P + ((kg_i64)row * H + h) * Dh;
+#pragma unroll
+    for (int i = 0; i < 4; i++) f |= (unsigned long long)(d + i < Dh ? p[d + i] : 0u) << (16 * i);
+    return f;
+}
+
+template <class D>
+__device__ static inline void kg_attn_fwd_mfma(const kg_u16 *Q, const kg_u16 *K, const kg_u16 *V, kg_u16 *O,
+                                               float *LSE, const int *cu_q, const int *cu_k, int B, int Hq, int Hkv,
+                                               int Dh, float scale, int causal) {
+    __shared__ __attribute__((aligned(16))) kg_u16 ks[MFA_BN * MFA_KLD], vt[MFA_DMAX * MFA_VLD],
+        ps[MFA_BM * MFA_VLD];
+    const int t = (int)kg_tid(), w = t / 64, l = t % 64, b = (int)kg_bid_z(), h = (int)kg_bid_y();
+    if (b >= B || h >= Hq || Dh > MFA_DMAX) return;   // the whole block leaves, before any barrier
+    const int hk = h / (Hq / Hkv), q0 = cu_q[b], Sq = cu_q[b + 1] - q0, k0 = cu_k[b], Sk = cu_k[b + 1] - k0;
+    const int diag = Sk - Sq;   // causal: local query i sees local key j iff j - i <= diag
+    const float ninf = kg_neg_inf();
+    for (unsigned tile = kg_bid_x(); (kg_i64)tile * MFA_BM < Sq; tile += kg_grid_x()) {
+        const int i0 = (int)(tile * MFA_BM), rows = Sq - i0 < MFA_BM ? Sq - i0 : MFA_BM;
+        const kg_i64 ke = causal ? (kg_i64)i0 + rows + diag : (kg_i64)Sk;   // keys [0, kend) hold every key seen
+        const int kend = ke < 0 ? 0 : (int)ke;
+        unsigned long long qf[MFA_DMAX / 8];   // this lane's Q fragments, d in steps of 8
+#pragma unroll
+        for (int s = 0; s < MFA_DMAX / 8; s++)
+            qf[s] = kg_mfa_frag(Q + (kg_i64)q0 * Hq * Dh, i0 + 32 * w + kg_mf_ab_rc(l), Sq, Hq, h, Dh,
+                                8 * s + kg_mf_ab_k(l, 0));
+        kg_mf_acc o[MFA_DMAX / 32];
+        float m[16], lsum[16];
+#pragma unroll
+        for (int i = 0; i < 16; i++) {
+            m[i] = ninf, lsum[i] = 0.0f;
+#pragma unroll
+            for (int ob = 0; ob < MFA_DMAX / 32; ob++) o[ob][i] = 0.0f;
+        }
+        for (int j0 = 0; j0 < kend; j0 += MFA_BN) {
+#pragma unroll
+            for (int e = 0; e < MFA_BN * MFA_DMAX / MF_THREADS; e++) {
+                const int j = kg_mfa_load_key(t, e), d = kg_mfa_load_d(t, e);
+                const bool in = j0 + j < Sk && d < Dh;
+                const kg_i64 at = ((kg_i64)(k0 + j0 + j) * Hkv + hk) * Dh + d;
+                ks[kg_mfa_ks(j, d)] = in ? K[at] : (kg_u16)0;
+                vt[kg_mfa_vt(d, j)] = in ? V[at] : (kg_u16)0;
+            }
+            kg_sync();
+            kg_mf_acc sc;
+#pragma unroll
+            for (int i = 0; i < 16; i++) sc[i] = 0.0f;
+#pragma unroll
+            for (int s = 0; s < MFA_DMAX / 8; s++)
+                if (8 * s < Dh)
+                    sc = kg_mf_mma(qf[s], *(const unsigned long long *)(ks + kg_mfa_ks(kg_mf_ab_rc(l), 8 * s + kg_mf_ab_k(l, 0))),
+                                   sc, D());
+#pragma unroll
+            for (int i = 0; i < 16; i++) {
+                const int r = 32 * w + kg_mf_d_row(l, i), qi = i0 + r, kj = j0 + kg_mf_d_col(l);
+                const bool vis = qi < Sq && kj < Sk && (!causal || kj - qi <= diag);
+                const float sv = vis ? scale * sc[i] : ninf;
+                float mx = sv;
+#pragma unroll
+                for (int s = 0; s < 5; s++) {
+                    const float y = kg_mfa_xor_get(mx, l, kg_mfa_xor(s));
+                    mx = y > mx ? y : mx;
+                }
+                const float mn = mx > m[i] ? mx : m[i];
+                float p = 0.0f, alpha = 1.0f;
+                if (mn != ninf) alpha = kg_exp(m[i] - mn), p = kg_exp(sv - mn);   // exp(-inf - mn) = 0
+                float sum = p;
+#pragma unroll
+                for (int s = 0; s < 5; s++) sum += kg_mfa_xor_get(sum, l, kg_mfa_xor(s));
+                lsum[i] = kg_fma(lsum[i], alpha, sum);
+                m[i] = mn;
+#pragma unroll
+                for (int ob = 0; ob < MFA_DMAX / 32; ob++) o[ob][i] *= alpha;
+                ps[kg_mfa_ps(r, kg_mf_d_col(l))] = D::st(p);
+            }
+            kg_sync();
+#pragma unroll
+            for (int ob = 0; ob < MFA_DMAX / 32; ob++) {
+                if (32 * ob >= Dh) continue;
+#pragma unroll
+                for (int kk = 0; kk < MFA_BN; kk += 8) {
+                    const unsigned long long pa = *(const unsigned long long *)(ps + kg_mfa_ps(32 * w + kg_mf_ab_rc(l), kk + kg_mf_ab_k(l, 0)));
+                    const unsigned long long vb = *(const unsigned long long *)(vt + kg_mfa_vt(32 * ob + kg_mf_ab_rc(l), kk + kg_mf_ab_k(l, 0)));
+                    o[ob] = kg_mf_mma(pa, vb, o[ob], D());
+                }
+            }
+            kg_sync();   // ks, vt and ps are rewritten by the next key tile
+        }
+#pragma unroll
+        for (int i = 0; i < 16; i++) {
+            const int qi = i0 + 32 * w + kg_mf_d_row(l, i);
+            if (qi >= Sq) continue;
+            const kg_i64 row = (kg_i64)(q0 + qi) * Hq + h;
+#pragma unroll
+            for (int ob = 0; ob < MFA_DMAX / 32; ob++) {
+                const int d = 32 * ob + kg_mf_d_col(l);
+                if (d < Dh) O[row * Dh + d] = D::st(m[i] == ninf ? 0.0f : o[ob][i] / lsum[i]);
+            }
+            if (kg_mf_d_col(l) == 0) LSE[row] = m[i] == ninf ? ninf : m[i] + kg_log(lsum[i]);
+        }
+    }
+}
+
+// The head dims kg_attn_fwd_mfma_<dt> takes (1 .. this); its presence says
+// the entries exist (gfx942 builds).
+extern "C" __device__ int kg_attn_fwd_mfma_dmax = MFA_DMAX;
+
+#define KG_ATTN_MFMA_ENTRY(sfx, D)                                                              \
+    KG_ATOMICS(kg_attn_fwd_mfma_##sfx, 0)                                                      \
+    extern "C" __global__ void KG_LAUNCH_BOUNDS(MF_THREADS)                                   \
+    kg_attn_fwd_mfma_##sfx(const D::S *Q, const D::S *K, const D::S *V, D::S *O, float *LSE,   \
+                           const int *cu_q, const int *cu_k, int B, int Hq, int Hkv, int Dh,   \
+                           float scale, int causal)                                            \
+    {                                                                                          \
+        kg_attn_fwd_mfma<D>(Q, K, V, O, LSE, cu_q, cu_k, B, Hq, Hkv, Dh, scale, causal);       \
+    }
+
+KG_ATTN_MFMA_ENTRY(f16, kg_f16)
+KG_ATTN_MFMA_ENTRY(bf16, kg_bf16)
+#endif // KG_MFMA
 
 // ===== Attention forward, Hopper path (sm_90a): wgmma, TMA, warp specialisation =====
 //

@@ -963,12 +963,13 @@ mfma_entries="kg_gemm_mfma_f16 kg_gemm_mfma_bf16 kg_grouped_mfma_f16 kg_grouped_
               kg_grouped_wgrad_mfma_bf16 kg_qgemm_mfma_fp8_bf16 kg_qgrouped_mfma_fp8_bf16 kg_qgemm_mfma_bf8_bf16
               kg_qgrouped_mfma_bf8_bf16 kg_qgemm_mfma_fp8_f32 kg_qgrouped_mfma_fp8_f32 kg_qgemm_mfma_bf8_f32
               kg_qgrouped_mfma_bf8_f32"   # gfx942 only
+attn_mfma_entries="kg_attn_fwd_mfma_f16 kg_attn_fwd_mfma_bf16"   # gfx942 only
 if command -v clang-19 >/dev/null && command -v llvm-objdump-19 >/dev/null; then
     if clang-19 -x hip --offload-arch=gfx942 -nogpulib -nogpuinc --cuda-device-only --no-gpu-bundle-output \
         -O3 -Wall -Werror kernels.hip -o "$tmp/k.co" >"$tmp/err" 2>&1; then
         ok "clang-19 compiles kernels.hip for gfx942 without warnings"
         llvm-objdump-19 -d "$tmp/k.co" >"$tmp/dis"
-        for k in $entry_points $mfma_entries; do
+        for k in $entry_points $mfma_entries $attn_mfma_entries; do
             has "$tmp/dis" "<$k>:" "gfx942 code object has $k"
         done
         n=$(grep -cE "v_(pk_)?fma" "$tmp/dis")
@@ -987,11 +988,11 @@ echo "== gfx942 MFMA index math on the CPU (.ci/mfma_check.c against AMD's calcu
 mfma_check() {
     mkdir -p "$1"
     awk '/>>> kgate-index/{p=1; next} /<<< kgate-index/{p=0} p' kernels.hip | sed "${2:-}" >"$1/mfidx.h"
-    cp .ci/mfma_check.c "$1/" && cc -std=c11 -Wall -Wextra -Werror -O2 -o "$1/check" "$1/mfma_check.c" >"$1/build" 2>&1 \
+    cp .ci/mfma_check.c "$1/" && cc -std=c11 -Wall -Wextra -Werror -O2 -o "$1/check" "$1/mfma_check.c" -lm >"$1/build" 2>&1 \
         && "$1/check" .ci/mfma_gfx942_32x32x8.txt .ci/mfma_gfx942_32x32x16_fp8.txt >"$1/out" 2>&1
 }
 if mfma_check "$tmp/mfi"; then
-    ok "kernels.hip's MFMA index functions: the lane layouts of A, B and D agree with the calculator's tables (32x32x8 and fp8 32x32x16); $(grep -c '^exact: [0-9]' "$tmp/mfi/out") 16-bit tiles exact (both majors of each operand, tails, K = 0), $(grep -c '^exact: fp8' "$tmp/mfi/out") fp8 tiles; grouped rows each in one block ($(grep -c '^exact: grouped' "$tmp/mfi/out") offset lists)"
+    ok "kernels.hip's MFMA index functions: the lane layouts of A, B and D agree with the calculator's tables (32x32x8 and fp8 32x32x16); $(grep -c '^exact: [0-9]' "$tmp/mfi/out") 16-bit tiles exact (both majors of each operand, tails, K = 0), $(grep -c '^exact: fp8' "$tmp/mfi/out") fp8 tiles; grouped rows each in one block ($(grep -c '^exact: grouped' "$tmp/mfi/out") offset lists); the attention forward's row reductions, and $(grep -c '^agree: attention' "$tmp/mfi/out") heads within 1e-9 of softmax in double (causal, tails, no key)"
 else bad "MFMA index check: $(head -c 600 "$tmp/mfi/build" "$tmp/mfi/out" 2>/dev/null)"; fi
 # planted: an accumulator row formula without its i % 4; an 8-element load that skips half of K's step
 if ! mfma_check "$tmp/mfp1" 's|return 8 \* (i / 4) + 4 \* (l / 32) + i % 4;|return 8 * (i / 4) + 4 * (l / 32);|' \
@@ -1012,6 +1013,16 @@ if ! mfma_check "$tmp/mfp5" 's|16 \* ((t + MF_THREADS \* j) % (MF8_BK / 16))|16 
     && grep -q "^agree: fp8" "$tmp/mfp5/out" && grep -q "^WRONG: fp8 128x128x64" "$tmp/mfp5/out" && ! grep -q "^WRONG: [0-9]" "$tmp/mfp5/out"; then
     ok "planted, fp8: a load covering half the step passes the table check and fails the fp8 tiles ($(grep -c '^WRONG: fp8' "$tmp/mfp5/out") of 5) alone"
 else bad "planted fp8 load: $(head -c 400 "$tmp/mfp5/out")"; fi
+# planted, attention: a row's xor rounds crossing into the other half-wave; key-tile loads covering half of d
+if ! mfma_check "$tmp/mfp6" 's|return 16 >> s;|return 32 >> s;|' \
+    && grep -q "^WRONG: attention: each row" "$tmp/mfp6/out" && grep -q "^WRONG: attention Sq 128" "$tmp/mfp6/out"; then
+    ok "planted, attention: xor rounds that cross half-waves are named, and the heads are wrong ($(grep -c '^WRONG: attention Sq' "$tmp/mfp6/out") of 6)"
+else bad "planted attention xor: $(head -c 400 "$tmp/mfp6/out")"; fi
+if ! mfma_check "$tmp/mfp7" 's|return (t + MF_THREADS \* e) % MFA_DMAX;|return (t + MF_THREADS * e) % (MFA_DMAX / 2);|' \
+    && grep -q "^WRONG: attention Sq 128 Sk 32 d 128: an output not written once, or a load missed" "$tmp/mfp7/out" \
+    && grep -q "^exact: attention: each row" "$tmp/mfp7/out"; then
+    ok "planted, attention: key-tile loads covering half the head dim are named ($(grep -c '^WRONG: attention Sq' "$tmp/mfp7/out") of 6 heads)"
+else bad "planted attention load: $(head -c 400 "$tmp/mfp7/out")"; fi
 # planted: every grouped block computes (the odd ones too): rows covered twice
 if ! mfma_check "$tmp/mfp3" 's|return j % (MF_BM / 64) ? -1 : 64 \* j;|return 64 * j;|' && [ "$(grep -c '^WRONG: grouped' "$tmp/mfp3/out")" = 2 ] && ! grep -q "^WRONG: [0-9]" "$tmp/mfp3/out"; then
     ok "planted: grouped blocks that all compute are named on both offset lists (rows in two blocks)"
@@ -1081,8 +1092,8 @@ EOF
     done
     rows=$(grep -c "^kg_" "$tmp/out")
     zero=$(grep "^kg_" "$tmp/out" | while read -r k _; do [ "$(col "$k" matrix)" = 0 ] && echo; done | wc -l)
-    [ "$listed" -eq 15 ] && [ "$zero" -eq $((rows - 14)) ] \
-        && ok "isa lists kernels.hip's $rows kernels for gfx942 (the 15 portable entries checked among them); all but the 14 MFMA entries without a matrix instruction" \
+    [ "$listed" -eq 15 ] && [ "$zero" -eq $((rows - 16)) ] \
+        && ok "isa lists kernels.hip's $rows kernels for gfx942 (the 15 portable entries checked among them); all but the 16 MFMA entries without a matrix instruction" \
         || bad "kernels.hip gfx942: $listed of 15 entry points listed, $zero of $rows rows with 0 matrix instructions"
     # each MFMA entry: v_mfma_f32_32x32x8 (fp8: 32x32x16; 8 a loop body: one K step, unrolled by 2), no scratch or spill, and
     # registers and LDS that let two blocks (8 waves, 2 a SIMD) share a CU: VGPRs + AGPRs <= 256, LDS <= 32 KiB
@@ -1097,11 +1108,21 @@ EOF
             ok "gfx942 $k: $m $first, $v VGPRs (of them $a AGPRs), LDS $lds B, no scratch: $occ waves a SIMD by registers, $((65536 / lds)) blocks a CU by LDS"
         else bad "gfx942 $k: mfma '$m' first '$first' vgpr '$v' agpr '$a' lds '$lds' scratch '$scr' vspill '$sp'"; fi
     done
+    # the attention forward: at least 16 MFMAs (S over d, P V), no scratch, one wave a SIMD at least (VGPRs +
+    # AGPRs <= 512) and LDS inside the CU's 64 KiB
+    for k in $attn_mfma_entries; do
+        m=$(col $k mfma) v=$(col $k vgpr) a=$(col $k agpr) lds=$(col $k lds) scr=$(col $k scratch) sp=$(col $k vspill)
+        first=$(grep "^$k " "$tmp/out" | awk '{print $NF}')
+        if [ "${m:-0}" -ge 16 ] 2>/dev/null && [ "$scr" = 0 ] && [ "$sp" = 0 ] && [ "${v:-999}" -le 512 ] 2>/dev/null \
+            && [ "${lds:-99999}" -le 65536 ] 2>/dev/null && [[ "$first" == v_mfma_f32_32x32x8* ]]; then
+            ok "gfx942 $k: $m $first, $v VGPRs (of them $a AGPRs), LDS $lds B, no scratch: $((512 / v)) wave(s) a SIMD by registers"
+        else bad "gfx942 $k: mfma '$m' first '$first' vgpr '$v' agpr '$a' lds '$lds' scratch '$scr' vspill '$sp'"; fi
+    done
     expect 0 "isa --expect mfma passes on kernels.hip" $K isa --arch gfx942 --expect mfma
-    has "$tmp/out" "^expect mfma: pass: 14 of $rows kernels hold mfma instructions: kg_gemm_mfma_f16, kg_gemm_mfma_bf16, kg_grouped_mfma_f16, kg_grouped_mfma_bf16, kg_grouped_wgrad_mfma_f16, kg_grouped_wgrad_mfma_bf16, kg_qgemm_mfma_fp8_bf16, kg_qgrouped_mfma_fp8_bf16, kg_qgemm_mfma_bf8_bf16, kg_qgrouped_mfma_bf8_bf16, kg_qgemm_mfma_fp8_f32, kg_qgrouped_mfma_fp8_f32, kg_qgemm_mfma_bf8_f32, kg_qgrouped_mfma_bf8_f32$" \
-        "--expect names the fourteen MFMA entries"
+    has "$tmp/out" "^expect mfma: pass: 16 of $rows kernels hold mfma instructions: kg_gemm_mfma_f16, kg_gemm_mfma_bf16, kg_grouped_mfma_f16, kg_grouped_mfma_bf16, kg_grouped_wgrad_mfma_f16, kg_grouped_wgrad_mfma_bf16, kg_attn_fwd_mfma_f16, kg_attn_fwd_mfma_bf16, kg_qgemm_mfma_fp8_bf16, kg_qgrouped_mfma_fp8_bf16, kg_qgemm_mfma_bf8_bf16, kg_qgrouped_mfma_bf8_bf16, kg_qgemm_mfma_fp8_f32, kg_qgrouped_mfma_fp8_f32, kg_qgemm_mfma_bf8_f32, kg_qgrouped_mfma_bf8_f32$" \
+        "--expect names the sixteen MFMA entries"
     expect 1 "isa --expect mfma fails on a -D KG_PORTABLE=1 build" $K isa --arch gfx942 --expect mfma --variant portable -D KG_PORTABLE=1
-    has "$tmp/out" "^expect mfma: FAIL: none of the $((rows - 14)) kernels holds mfma instructions" "the failure says none of them has it"
+    has "$tmp/out" "^expect mfma: FAIL: none of the $((rows - 16)) kernels holds mfma instructions" "the failure says none of them has it"
 
     mkdir -p "$tmp/nodis"                           # clang-19, but no disassembler
     ln -sf "$(command -v clang-19)" "$tmp/nodis/clang-19"

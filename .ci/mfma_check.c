@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <math.h>
 #define KG_IX static inline
 #include "mfidx.h"
 
@@ -256,6 +257,169 @@ done:
     return worst;
 }
 
+/* The attention forward's row reduction: from every lane, the lanes that
+ * the xor rounds kg_mfa_xor(0..4) reach hold the same row in each
+ * accumulator, and together all 32 columns of it. */
+static int attn_reduction_ok(void)
+{
+    for (int l = 0; l < 64; l++)
+        for (int i = 0; i < 16; i++) {
+            int cols = 0;
+            for (int x = 0; x < 32; x++) {
+                int o = l;
+                for (int s = 0; s < 5; s++)
+                    if (x >> s & 1) o ^= kg_mfa_xor(s);
+                if (o < 0 || o > 63 || kg_mf_d_row(o, i) != kg_mf_d_row(l, i)) return 0;
+                cols |= 1 << kg_mf_d_col(o);
+            }
+            if (cols != -1) return 0;
+        }
+    return 1;
+}
+
+/* A butterfly over the 64 lanes' values v as the kernel runs it: each round
+ * s, lane l combines its value with lane l ^ kg_mfa_xor(s)'s (max or sum). */
+static void attn_butterfly(double v[64], int max)
+{
+    for (int s = 0; s < 5; s++) {
+        double nv[64];
+        for (int l = 0; l < 64; l++) {
+            double o = v[l ^ kg_mfa_xor(s)];
+            nv[l] = max ? (o > v[l] ? o : v[l]) : v[l] + o;
+        }
+        memcpy(v, nv, sizeof nv);
+    }
+}
+
+/* One head of the attention forward (Sq queries, Sk keys, head dim Dh,
+ * causal bottom-right or not) through kg_attn_fwd_mfma's index math: its
+ * loads of K and V^T into LDS, Q's fragments, S on the emulated MFMA, the
+ * masks, the online softmax with its butterflies, P through LDS, O += P V
+ * and the end; the largest |difference| from softmax(scale Q K^T) V and
+ * LSE in double; -1 when an output is not written exactly once or a key
+ * tile's loads miss an element. */
+static double attn_run(int Sq, int Sk, int Dh, int causal, unsigned seed)
+{
+    const double scale = 0.125, ninf = -1.0 / 0.0;
+    double *Q = malloc(sizeof(double) * Sq * Dh + 8), *Kt = malloc(sizeof(double) * Sk * Dh + 8);
+    double *V = malloc(sizeof(double) * Sk * Dh + 8), *O = calloc((size_t)Sq * Dh + 1, sizeof(double));
+    double *L = calloc((size_t)Sq + 1, sizeof(double)), worst = 0;
+    int *writes = calloc((size_t)Sq * Dh + 1, sizeof(int)), *lwrites = calloc((size_t)Sq + 1, sizeof(int));
+    static double ks[MFA_BN * MFA_KLD], vt[MFA_DMAX * MFA_VLD], ps[MFA_BM * MFA_VLD], o[4][64][16];
+    static int loaded[MFA_BN][MFA_DMAX];
+    double *all[3] = { Q, Kt, V };
+    int n[3] = { Sq * Dh, Sk * Dh, Sk * Dh };
+    for (int a = 0; a < 3; a++)
+        for (int i = 0; i < n[a]; i++) all[a][i] = (double)((seed = seed * 1103515245u + 12345u) >> 16 & 15) - 7;
+    int diag = Sk - Sq;
+    for (int i0 = 0; i0 < Sq; i0 += MFA_BM)
+        for (int w = 0; w < 4; w++) {
+            int rows = Sq - i0 < MFA_BM ? Sq - i0 : MFA_BM, kend = causal ? i0 + rows + diag : Sk;
+            double qf[MFA_DMAX / 8][64][4], m[64][16], ls[64][16];
+            for (int s = 0; s < MFA_DMAX / 8; s++)
+                for (int l = 0; l < 64; l++)
+                    for (int i = 0; i < 4; i++) {
+                        int r = i0 + 32 * w + kg_mf_ab_rc(l), d = 8 * s + kg_mf_ab_k(l, 0) + i;
+                        qf[s][l][i] = r < Sq && d < Dh ? Q[r * Dh + d] : 0;
+                    }
+            for (int l = 0; l < 64; l++)
+                for (int i = 0; i < 16; i++) {
+                    m[l][i] = ninf, ls[l][i] = 0;
+                    for (int ob = 0; ob < 4; ob++) o[ob][l][i] = 0;
+                }
+            for (int j0 = 0; j0 < kend; j0 += MFA_BN) {
+                memset(loaded, 0, sizeof loaded);
+                for (int i = 0; i < MFA_BN * MFA_KLD; i++) ks[i] = 1e30;
+                for (int i = 0; i < MFA_DMAX * MFA_VLD; i++) vt[i] = 1e30;
+                for (int t = 0; t < MF_THREADS; t++)
+                    for (int e = 0; e < MFA_BN * MFA_DMAX / MF_THREADS; e++) {
+                        int j = kg_mfa_load_key(t, e), d = kg_mfa_load_d(t, e), in = j0 + j < Sk && d < Dh;
+                        loaded[j][d]++;
+                        ks[kg_mfa_ks(j, d)] = in ? Kt[(j0 + j) * Dh + d] : 0;
+                        vt[kg_mfa_vt(d, j)] = in ? V[(j0 + j) * Dh + d] : 0;
+                    }
+                for (int j = 0; j < MFA_BN; j++)
+                    for (int d = 0; d < MFA_DMAX; d++)
+                        if (loaded[j][d] != 1) { worst = -1; goto done; }
+                double sc[64][16] = { { 0 } };
+                for (int s = 0; s < MFA_DMAX / 8 && 8 * s < Dh; s++) {
+                    double b[64][4];
+                    for (int l = 0; l < 64; l++)
+                        for (int i = 0; i < 4; i++) b[l][i] = ks[kg_mfa_ks(kg_mf_ab_rc(l), 8 * s + kg_mf_ab_k(l, i))];
+                    mfma_emulated(qf[s], b, sc);
+                }
+                for (int i = 0; i < 16; i++) {
+                    double sv[64], mx[64], p[64];
+                    for (int l = 0; l < 64; l++) {
+                        int qi = i0 + 32 * w + kg_mf_d_row(l, i), kj = j0 + kg_mf_d_col(l);
+                        int vis = qi < Sq && kj < Sk && (!causal || kj - qi <= diag);
+                        sv[l] = mx[l] = vis ? scale * sc[l][i] : ninf;
+                    }
+                    attn_butterfly(mx, 1);
+                    for (int l = 0; l < 64; l++) {
+                        double mn = mx[l] > m[l][i] ? mx[l] : m[l][i], alpha = 1;
+                        p[l] = 0;
+                        if (mn != ninf) alpha = exp(m[l][i] - mn), p[l] = exp(sv[l] - mn);
+                        m[l][i] = mn, ls[l][i] *= alpha;
+                        for (int ob = 0; ob < 4; ob++) o[ob][l][i] *= alpha;
+                        ps[kg_mfa_ps(32 * w + kg_mf_d_row(l, i), kg_mf_d_col(l))] = p[l];
+                    }
+                    attn_butterfly(p, 0);
+                    for (int l = 0; l < 64; l++) ls[l][i] += p[l];
+                }
+                for (int ob = 0; ob < 4 && 32 * ob < Dh; ob++)
+                    for (int kk = 0; kk < MFA_BN; kk += 8) {
+                        double a[64][4], b[64][4];
+                        for (int l = 0; l < 64; l++)
+                            for (int i = 0; i < 4; i++) {
+                                a[l][i] = ps[kg_mfa_ps(32 * w + kg_mf_ab_rc(l), kk + kg_mf_ab_k(l, i))];
+                                b[l][i] = vt[kg_mfa_vt(32 * ob + kg_mf_ab_rc(l), kk + kg_mf_ab_k(l, i))];
+                            }
+                        mfma_emulated(a, b, o[ob]);
+                    }
+            }
+            for (int l = 0; l < 64; l++)
+                for (int i = 0; i < 16; i++) {
+                    int qi = i0 + 32 * w + kg_mf_d_row(l, i);
+                    if (qi >= Sq) continue;
+                    for (int ob = 0; ob < 4; ob++) {
+                        int d = 32 * ob + kg_mf_d_col(l);
+                        if (d < Dh) O[qi * Dh + d] = m[l][i] == ninf ? 0 : o[ob][l][i] / ls[l][i], writes[qi * Dh + d]++;
+                    }
+                    if (kg_mf_d_col(l) == 0) L[qi] = m[l][i] == ninf ? ninf : m[l][i] + log(ls[l][i]), lwrites[qi]++;
+                }
+        }
+    for (int qi = 0; qi < Sq; qi++) {   /* the direct softmax in double */
+        double mx = ninf, sum = 0;
+        for (int j = 0; j < Sk; j++)
+            if (!causal || j - qi <= diag) {
+                double s = 0;
+                for (int d = 0; d < Dh; d++) s += Q[qi * Dh + d] * Kt[j * Dh + d];
+                mx = scale * s > mx ? scale * s : mx;
+            }
+        if (lwrites[qi] != 1) { worst = -1; goto done; }
+        for (int d = 0; d < Dh; d++) {
+            double acc = 0;
+            sum = 0;
+            for (int j = 0; j < Sk; j++)
+                if (!causal || j - qi <= diag) {
+                    double s = 0;
+                    for (int e = 0; e < Dh; e++) s += Q[qi * Dh + e] * Kt[j * Dh + e];
+                    double p = exp(scale * s - mx);
+                    sum += p, acc += p * V[j * Dh + d];
+                }
+            double want = mx == ninf ? 0 : acc / sum, diff = fabs(O[qi * Dh + d] - want);
+            if (writes[qi * Dh + d] != 1) { worst = -1; goto done; }
+            if (diff > worst) worst = diff;
+        }
+        double lse = mx == ninf ? ninf : mx + log(sum);
+        if (!(L[qi] == lse || fabs(L[qi] - lse) <= worst + 1e-9)) worst = fabs(L[qi] - lse);
+    }
+done:
+    free(Q), free(Kt), free(V), free(O), free(L), free(writes), free(lwrites);
+    return worst;
+}
+
 /* Grouped by ragged rows: with tile_offs in tiles of 64 rows (as the host
  * computes it), the blocks that kg_mf_group_row keeps cover each group's
  * rows exactly once, 128 at most each, none past its group's end. */
@@ -303,6 +467,18 @@ int main(int argc, char **argv)
         ok &= good;
         printf("%s: fp8 %dx%dx%d: %s %g\n", good ? "exact" : "WRONG", shapes8[s][0], shapes8[s][1], shapes8[s][2],
                d < 0 ? "an element not written exactly once" : "largest difference", d);
+    }
+    int red = attn_reduction_ok();
+    ok &= red;
+    printf("%s: attention: each row's xor rounds stay in its half-wave and reach its 32 columns\n", red ? "exact" : "WRONG");
+    static const int attn[][4] = { { 128, 32, 128, 0 }, { 200, 77, 80, 1 }, { 70, 300, 111, 1 }, { 1, 1, 64, 0 },
+                                   { 40, 5, 8, 1 }, { 33, 0, 16, 0 } };
+    for (int s = 0; s < 6; s++) {
+        double d = attn_run(attn[s][0], attn[s][1], attn[s][2], attn[s][3], 11u + (unsigned)s);
+        int good = d >= 0 && d < 1e-9;
+        ok &= good;
+        printf("%s: attention Sq %d Sk %d d %d%s: %s %g\n", good ? "agree" : "WRONG", attn[s][0], attn[s][1],
+               attn[s][2], attn[s][3] ? " causal" : "", d < 0 ? "an output not written once, or a load missed" : "largest difference", d);
     }
     static const int groups[][8] = { { 0, 4096, 1, 2047, 0, 3000, 129, 65 }, { 64, 0, 200, 7, 128, 129, 1, 0 } };
     for (int i = 0; i < 2; i++) {

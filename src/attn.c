@@ -419,7 +419,9 @@ static void attn_sm90_bwd(struct run *r, int i)
 
 /* The forward (owner O: O and LSE) or the backward (owner dQ: dQ, dK, dV)
  * of an attention case.  GPU: the forward through the sm_90a kernel when
- * attn_sm90_pick finds one, else kg_attn_fwd_<dt>; the backward through
+ * attn_sm90_pick finds one, else on gfx942 through kg_attn_fwd_mfma_<dt>
+ * when the arm has it and the head dim fits (256 threads, grid
+ * (ceil(longest sequence / 128), heads, sequences)), else kg_attn_fwd_<dt>; the backward through
  * kg_attn_bwd_pre_<dt>, then the sm_90a passes when attn_sm90_bwd_pick finds
  * them, else kg_attn_bwd_dkdv_<dt> and kg_attn_bwd_dq_<dt>, reading the
  * forward's O and LSE; the portable kernels: 256 threads, grid
@@ -429,6 +431,7 @@ static void attn_sm90_bwd(struct run *r, int i)
 static void attn_launch(struct run *r, int o)
 {
     static const char *const fwd[DT_COUNT] = { NULL, "kg_attn_fwd_f16", "kg_attn_fwd_bf16" };
+    static const char *const fwd_mfma[DT_COUNT] = { NULL, "kg_attn_fwd_mfma_f16", "kg_attn_fwd_mfma_bf16" };
     static const char *const pre[DT_COUNT] = { NULL, "kg_attn_bwd_pre_f16", "kg_attn_bwd_pre_bf16" };
     static const char *const dkdv[DT_COUNT] = { NULL, "kg_attn_bwd_dkdv_f16", "kg_attn_bwd_dkdv_bf16" };
     static const char *const dq[DT_COUNT] = { NULL, "kg_attn_bwd_dq_f16", "kg_attn_bwd_dq_bf16" };
@@ -455,7 +458,9 @@ static void attn_launch(struct run *r, int o)
     if (o == a->o) {
         void *params[] = { &a->d_q, &a->d_k, &a->d_v, &O->buf, &L->buf, &a->dcu_q, &a->dcu_k, &B, &hq, &hkv, &d,
                            &scale, &causal };
-        gpu_launch(r->d, fwd[t], gq, (unsigned)hq, (unsigned)B, 256, params);
+        int mf = r->d->arm->attn_mfma_dmax >= d;
+        gpu_launch(r->d, mf ? fwd_mfma[t] : fwd[t], mf ? (unsigned)((a->max_sq + 127) / 128) : gq, (unsigned)hq,
+                   (unsigned)B, 256, params);
         return;
     }
     uint64_t dQ = r->out[a->dq_out].buf, dK = r->out[a->dk_out].buf, dV = r->out[a->dv_out].buf;

@@ -96,7 +96,7 @@ static int compile_child(const struct rtc *c, const char *src, const char *name,
     void *prog = NULL;
     int r = c->create(&prog, src, name, 0, NULL, NULL);
     if (r != 0) {
-        const char *msg = c->err_string(r);
+        const char *msg = c->err_string(r) ? c->err_string(r) : "unknown compiler error";
         write_file_atomic(co->log_path, msg, strlen(msg));
         return 2;
     }
@@ -242,10 +242,8 @@ static void compile_source(const struct rtc *c, enum platform pf, const char *sr
     if (pf == PF_HIP) opts[nopts++] = "-O3";
     for (int i = 0; i < nextra && nopts < 64; i++) opts[nopts++] = extra[i];
 
-    int ma = 0, mi = 0;
-    c->version(&ma, &mi);
-    char ident[64], what[256];
-    snprintf(ident, sizeof ident, "%s %d.%d", RTC_NAME[pf], ma, mi);
+    char ident[160], what[320];
+    rtc_ident(c, pf, ident, sizeof ident);
     snprintf(what, sizeof what, "%s for %s with %s", name, arch, ident);
     if (!cache_lookup(ident, src, opts, nopts, co)) {
         pid_t pid = compile_fork();
@@ -361,6 +359,7 @@ struct arm {
     int sm90_qf32;                /* kg_qgemm_sm90_f32: 1 = it has the fp8 entries with an fp32 output (kg_qgemm_sm90_*_f32) */
     int mfma_tile;                /* kg_gemm_mfma_tile: 128 = it has the gfx942 MFMA GEMM (kg_gemm_mfma_<dt>); 0: none */
     int mfma_qtile;               /* kg_qgemm_mfma_tile: 128 = it has the gfx942 MFMA fp8 GEMM (kg_qgemm_mfma_*); 0: none */
+    int attn_mfma_dmax;           /* kg_attn_fwd_mfma_dmax: the head dims (1 ..) of the gfx942 MFMA attention forward; 0: none */
     int attn_sm90_smem[3];        /* kg_attn_sm90_smem_d{64,128,256}: > 0 = it has that sm_90a attention forward */
     int attn_bwd_smem[2][2];      /* [d64, d128][dK/dV, dQ]: kg_attn_bwd_sm90_smem_d<D>, kg_attn_bwd_dq_sm90_smem_d<D> */
     int attn_bwd_bm, attn_bwd_dq_bn;  /* the sm_90a backward's boxes: dK/dV's query rows, dQ's keys (64 or 128) */
@@ -435,7 +434,7 @@ static void arm_read_attn_bwd(struct device *d, struct arm *a)
 static void arm_build(struct device *d, struct arm *a)
 {
     a->tile_m = a->tile_n = a->f32_tile_m = a->f32_tile_n = 64;
-    a->sm90_smem = a->sm90_qblock = a->sm90_qf32 = a->mfma_tile = a->mfma_qtile = 0;
+    a->sm90_smem = a->sm90_qblock = a->sm90_qf32 = a->mfma_tile = a->mfma_qtile = a->attn_mfma_dmax = 0;
     memset(a->attn_sm90_smem, 0, sizeof a->attn_sm90_smem);
     memset(a->attn_bwd_smem, 0, sizeof a->attn_bwd_smem);
     a->attn_bwd_fused_smem = 0;
@@ -458,6 +457,10 @@ static void arm_build(struct device *d, struct arm *a)
     a->mfma_qtile = module_int(d, "kg_qgemm_mfma", "_tile", 0);
     if (a->mfma_qtile != 0 && a->mfma_qtile != 128)
         die(EXIT_DEVICE, "%s publishes an MFMA fp8 GEMM tile of %d (want 128 x 128)", a->src_name, a->mfma_qtile);
+    a->attn_mfma_dmax = module_int(d, "kg_attn_fwd_mfma", "_dmax", 0);
+    if (a->attn_mfma_dmax < 0 || a->attn_mfma_dmax > 256)
+        die(EXIT_DEVICE, "%s publishes an MFMA attention forward for head dims up to %d (want 0 .. 256)", a->src_name,
+            a->attn_mfma_dmax);
     a->sm90_smem = module_int(d, "kg_gemm_sm90", "_smem", 0);
     a->sm90_tile_m = module_int(d, "kg_gemm_sm90", "_tile_m", 0);
     a->sm90_tile_n = module_int(d, "kg_gemm_sm90", "_tile_n", 0);

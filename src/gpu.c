@@ -109,13 +109,15 @@ static const struct sym_row RT_ROWS[] = { RT_SYMS(RT_ROW) };
 static const struct sym_row RTC_ROWS[] = { RTC_SYMS(RTC_ROW) };
 
 /* Library names tried, in order, per platform. */
-static const char *const RT_LIBS[PF_COUNT][5] = {
+static const char *const RT_LIBS[PF_COUNT][8] = {
     { "libcuda.so.1", NULL },
-    { "libamdhip64.so", "libamdhip64.so.7", "libamdhip64.so.6", "/opt/rocm/lib/libamdhip64.so", NULL },
+    { "libamdhip64.so", "libamdhip64.so.7", "libamdhip64.so.6", "/opt/rocm/lib/libamdhip64.so",
+      "/opt/rocm/lib/libamdhip64.so.7", "/opt/rocm/lib/libamdhip64.so.6", NULL },
 };
-static const char *const RTC_LIBS[PF_COUNT][6] = {
+static const char *const RTC_LIBS[PF_COUNT][8] = {
     { "libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so", "/usr/local/cuda/lib64/libnvrtc.so", NULL },
-    { "libhiprtc.so", "libhiprtc.so.7", "libhiprtc.so.6", "/opt/rocm/lib/libhiprtc.so", NULL },
+    { "libhiprtc.so", "libhiprtc.so.7", "libhiprtc.so.6", "/opt/rocm/lib/libhiprtc.so", "/opt/rocm/lib/libhiprtc.so.7",
+      "/opt/rocm/lib/libhiprtc.so.6", NULL },
 };
 static const char *const PF_NAME[PF_COUNT] = { "CUDA", "HIP" };
 static const char *const RTC_NAME[PF_COUNT] = { "NVRTC", "hiprtc" };
@@ -227,6 +229,11 @@ static const struct peak_row PEAKS[] = {
     { "gfx950", 256, 4096 },
 };
 
+/* A last-level cache behind L2 that the device attributes do not report:
+ * MI300X and MI355X's 256 MiB Infinity Cache (AMD's published figure).
+ * The timer's flush covers twice the larger of it and L2. */
+static const struct { const char *arch; unsigned mib; } LLC[] = { { "gfx942", 256 }, { "gfx950", 256 } };
+
 enum dev_kind { DEV_CPU, DEV_GPU };
 
 struct arm;
@@ -244,7 +251,7 @@ struct device {
     int attr[AT_COUNT];
     size_t mem_bytes;
     int driver_version;
-    char compiler[64];    /* "NVRTC 13.0" */
+    char compiler[160];   /* "NVRTC 13.0", "hiprtc 9.0 (libhiprtc.so.6.2.60202)": rtc_ident */
     double peak_f32, peak_mma16;  /* FLOP/s; 0 = not known */
     void *ctx, *stream, *module;  /* module: the current arm's (GPU) */
     void *ev[2];          /* timer events, made on first use */
@@ -319,11 +326,30 @@ static void cuda_arch(struct device *d)
     snprintf(d->arch, sizeof d->arch, "sm_%d%d%s", ma, mi, ma == 9 && mi == 0 ? "a" : "");
 }
 
+/* The run-time compiler's name, as reports show it and the code-object
+ * cache is keyed by: "NVRTC 13.0"; hiprtc reports 9.0 in every ROCm 6 and 7
+ * release (clr hiprtc.cpp), so its name adds the file of the library
+ * actually loaded ("hiprtc 9.0 (libhiprtc.so.6.2.60202)"), that one ROCm's
+ * code objects are never taken for another's. */
+static void rtc_ident(const struct rtc *c, enum platform pf, char *buf, size_t n)
+{
+    int ma = 0, mi = 0;
+    Dl_info info;
+    char real[PATH_MAX];
+    c->version(&ma, &mi);
+    if (pf == PF_HIP && dladdr((void *)c->create, &info) && info.dli_fname && realpath(info.dli_fname, real)) {
+        const char *file = strrchr(real, '/') ? strrchr(real, '/') + 1 : real;
+        snprintf(buf, n, "%s %d.%d (%.100s)", RTC_NAME[pf], ma, mi, file);
+        return;
+    }
+    snprintf(buf, n, "%s %d.%d", RTC_NAME[pf], ma, mi);
+}
+
 /* The compile target of a HIP device: gcnArchName from the device properties
  * (e.g. "gfx942:sramecc+:xnack-"); the part before ':' is the base arch. */
 static void hip_arch(struct device *d)
 {
-    static char props[HIP_PROPS_BYTES];
+    static _Alignas(16) char props[HIP_PROPS_BYTES];   /* the struct needs 8 */
     if (!d->rt.props_hip) die(EXIT_DEVICE, "HIP runtime lacks hipGetDevicePropertiesR0600");
     gpu_check(d, d->rt.props_hip(props, d->index), "hipGetDevicePropertiesR0600");
     snprintf(d->arch, sizeof d->arch, "%.63s", props + HIP_PROP_GCNARCH_OFFSET);
@@ -343,8 +369,10 @@ static void device_peaks(struct device *d)
 /* The identity of GPU `handle`, so that a person can find the card: its
  * PCI bus id into pci and its UUID into uuid (each "" when the runtime
  * lacks the call or it fails).  A CUDA UUID is written GPU-xxxxxxxx-xxxx-
- * xxxx-xxxx-xxxxxxxxxxxx as nvidia-smi does; HIP's 16 bytes the same way,
- * without the prefix.  Not yet run on a GPU (README "Every GPU of a node"). */
+ * xxxx-xxxx-xxxxxxxxxxxx as nvidia-smi does; HIP's 16 bytes are the ASCII
+ * hex digits of ROCr's unique id (clr rocdevice.cpp), written GPU-<them>
+ * as rocminfo shows it and HIP_VISIBLE_DEVICES takes it.  The HIP form is
+ * not yet run on a GPU. */
 static void gpu_identity(const struct device *d, int handle, char *pci, size_t pci_n, char *uuid, size_t uuid_n)
 {
     unsigned char u[16];
@@ -352,7 +380,11 @@ static void gpu_identity(const struct device *d, int handle, char *pci, size_t p
     if (d->rt.dev_pci && d->rt.dev_pci(pci, (int)pci_n, handle) != 0) *pci = 0;
     pci[pci_n - 1] = 0;
     if (!d->rt.dev_uuid || d->rt.dev_uuid(u, handle) != 0 || uuid_n < 41) return;
-    size_t n = (size_t)snprintf(uuid, uuid_n, "%s", d->pf == PF_CUDA ? "GPU-" : "");
+    if (d->pf == PF_HIP) {
+        snprintf(uuid, uuid_n, "GPU-%.16s", (const char *)u);
+        return;
+    }
+    size_t n = (size_t)snprintf(uuid, uuid_n, "GPU-");
     for (int i = 0; i < 16; i++)
         n += (size_t)snprintf(uuid + n, uuid_n - n, "%s%02x", i == 4 || i == 6 || i == 8 || i == 10 ? "-" : "", u[i]);
 }
@@ -386,14 +418,15 @@ static void gpu_open(struct device *d, int index)
     gpu_check(d, rt->dev_mem(&d->mem_bytes, d->handle), "reading the device memory size");
     gpu_check(d, rt->drv_version(&d->driver_version), "reading the driver version");
     if (d->pf == PF_CUDA) cuda_arch(d); else hip_arch(d);
-    int ma = 0, mi = 0;
-    d->rtc.version(&ma, &mi);
-    snprintf(d->compiler, sizeof d->compiler, "%s %d.%d", RTC_NAME[d->pf], ma, mi);
+    rtc_ident(&d->rtc, d->pf, d->compiler, sizeof d->compiler);
     device_peaks(d);
     gpu_check(d, rt->stream_create(&d->stream, 1 /* non-blocking */), "creating a stream");
-    size_t l2 = d->attr[AT_L2_BYTES] > 0 ? (size_t)d->attr[AT_L2_BYTES] : 64u << 20;
-    d->flush_bytes = 2 * l2;
-    snprintf(d->flush_note, sizeof d->flush_note, "%.0f MiB (2 x L2)", d->flush_bytes / 1048576.0);
+    size_t l2 = d->attr[AT_L2_BYTES] > 0 ? (size_t)d->attr[AT_L2_BYTES] : 64u << 20, llc = 0;
+    for (size_t i = 0; i < sizeof LLC / sizeof *LLC; i++)
+        if (strcmp(LLC[i].arch, d->arch_base) == 0) llc = (size_t)LLC[i].mib << 20;
+    d->flush_bytes = 2 * (llc > l2 ? llc : l2);
+    snprintf(d->flush_note, sizeof d->flush_note, "%.0f MiB (2 x %s)", d->flush_bytes / 1048576.0,
+             llc > l2 ? "Infinity Cache" : "L2");
     gpu_check(d, rt->mem_alloc(&d->flush, d->flush_bytes), "allocating the L2 flush buffer");
 }
 
@@ -587,11 +620,12 @@ static void geom_note(struct device *d, const struct kfn *k, const struct launch
 }
 
 /* Let kernel k take `smem` bytes of dynamic shared memory (the CUDA driver
- * refuses more than 48 KiB without cuFuncSetAttribute); once per kernel and
- * size.  Exits 5 when the runtime cannot. */
+ * refuses more than 48 KiB without cuFuncSetAttribute; HIP asks for no
+ * opt-in, and its hipFuncSetAttribute takes no module function); once per
+ * kernel and size.  Exits 5 when the runtime cannot. */
 static void kernel_allow_smem(struct device *d, struct kfn *k, unsigned smem)
 {
-    if (smem <= 48 * 1024 || smem <= k->smem_max) return;
+    if (d->pf == PF_HIP || smem <= 48 * 1024 || smem <= k->smem_max) return;
     if (!d->rt.func_attr) die(EXIT_DEVICE, "%s needs %u bytes of shared memory and the runtime lacks cuFuncSetAttribute", k->name, smem);
     kg_res r = d->rt.func_attr(k->fn, 8 /* CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES */, (int)smem);
     if (r != 0) die(EXIT_DEVICE, "allowing %s %u bytes of shared memory failed: %s (%d)", k->name, smem, gpu_err_name(d, r), r);
