@@ -26,7 +26,9 @@
 //   kg_gemm_sm90_{f16,bf16}            persistent GEMM and grouped GEMM, K-major operands
 //   kg_qgemm_sm90_{e4m3,e5m2}_{bf16,f32}     the same for fp8 with per-tensor or per-row scales
 //   kg_qgemm_sm90_blk_{e4m3,e5m2}_{bf16,f32} the same with blockwise scales (1 x 128 of A, 128 x 128 of B)
+//   kg_qgemm_sm90_mx_{e4m3,e5m2}_{bf16,f32}  the same for MX (E8M0 scales per 32 of K): MXFP8, MXFP4
 //   kg_pack_rows                       copies an operand TMA cannot read into 16-byte rows
+//   kg_pack_fp4_e4m3                   the same for FP4 codes, unpacked to E4M3 (exact)
 // gfx942 only (CDNA3: MFMA; optional in a --kernels file):
 //   kg_gemm_mfma_{f16,bf16}            kg_gemm_<dt> on v_mfma_f32_32x32x8 (every layout, strided)
 //   kg_grouped_mfma_{f16,bf16}         kg_grouped_<dt> on the same kernel (ragged rows)
@@ -583,6 +585,10 @@ kg_gemm_f32(const float *X, const float *Y, float *C, int M, int N, int K, kg_i6
 //   kg_qgemm_sm90_blk_{e4m3,e5m2}_bf16  the same with one scale per 128 of K
 //                                  (blockwise: 1 x 128 of A, 128 x 128 of B)
 //   kg_qgemm_sm90_{,blk_}{e4m3,e5m2}_f32  the two above with an fp32 output
+//   kg_qgemm_sm90_mx_{e4m3,e5m2}_{bf16,f32}  MX: one E8M0 scale per 32 of K
+//                                  of each row of A and of B (MXFP8; MXFP4
+//                                  too, its E2M1 codes first unpacked to
+//                                  E4M3 by kg_pack_fp4_e4m3: exact)
 // Layouts, in the letters of kgate's --layout for C = X·Y (X is M x K, Y is
 // K x N): X stored N = [M][K] (K-major) or T = [K][M] (MN-major); Y stored
 // T = [N][K] (K-major) or N = [K][N] (MN-major).  ldx is the row stride of
@@ -676,9 +682,12 @@ kg_gemm_f32(const float *X, const float *Y, float *C, int M, int N, int K, kg_i6
 #define WG_A_BYTES (WG_BM * WG_ROW)
 #define WG_MN_CHUNK (64 * WG_ROW)           // MN-major (16-bit): 64 rows x 64 of K, one TMA box
 #define WG_STAGE_BYTES ((WG_BM + WG_BN) * WG_ROW)
+#define WG_MX 32                            // MX: the K of a scale block, four per stage
+#define WG_MX_BYTES (4 * (WG_BM + WG_BN) * 4)   // MX: a stage's scales as floats, X's [4][WG_BM], Y^T's [4][WG_BN]
 // Dynamic shared memory: the stages, 1 KiB to align them to the swizzle
-// pattern, and the 2 x WG_STAGES mbarriers.
-#define WG_SMEM (WG_STAGES * WG_STAGE_BYTES + 1024 + 16 * WG_STAGES)
+// pattern, the 2 x WG_STAGES mbarriers, and the MX entries' scales of
+// each stage (the other entries leave them unused).
+#define WG_SMEM (WG_STAGES * (WG_STAGE_BYTES + WG_MX_BYTES) + 1024 + 16 * WG_STAGES)
 #if WG_BN != 128 && WG_BN != 192 && WG_BN != 256
 #error "WG_BN must be 128, 192 or 256"
 #endif
@@ -712,6 +721,10 @@ extern "C" __device__ int kg_qgemm_sm90_block = WG_ROW;
 // 1: the fp8 entries with an fp32 output (kg_qgemm_sm90_{,blk_}{e4m3,e5m2}_f32)
 // exist; kgate runs them only under --trades-precision ("Input types").
 extern "C" __device__ int kg_qgemm_sm90_f32 = 1;
+// The K of an MX scale block that kg_qgemm_sm90_mx_* take (E8M0 scales per
+// 32 of K, as the MX formats define them); 0 or absent: MX runs on the
+// portable kernel.
+extern "C" __device__ int kg_qgemm_sm90_mx = WG_MX;
 
 // A TMA descriptor (CUtensorMap): 128 opaque bytes built on the host.
 struct __align__(64) kg_tmap { unsigned long long v[16]; };
@@ -917,6 +930,8 @@ KG_WG_MMA8(kg_wgmma_n64_e5m2, 64, "e5m2", KG_WG_D32, KG_WG_F32(d), "32", "33", "
             else if (WG_BN == 192) kg_wgmma_n192_##t<TX, TY>(d, a, b, acc);                        \
             else kg_wgmma_n128_##t<TX, TY>(d, a, b, acc);                                          \
         }                                                                                          \
+        /* MX's pieces are fp8 only (SK = 2 asserts PROMOTE): never called */                     \
+        __device__ static void mma64(float *, unsigned long long, unsigned long long) { __trap(); } \
     };
 #define KG_WG_IN8(name, t)                                                                         \
     struct name {                                                                                  \
@@ -927,6 +942,10 @@ KG_WG_MMA8(kg_wgmma_n64_e5m2, 64, "e5m2", KG_WG_D32, KG_WG_F32(d), "32", "33", "
             if (WG_BN == 256) kg_wgmma_n128_##t(d, a, b, acc);                                     \
             else if (WG_BN == 192) kg_wgmma_n96_##t(d, a, b, acc);                                 \
             else kg_wgmma_n64_##t(d, a, b, acc);                                                   \
+        }                                                                                          \
+        /* d = A·B, 64 columns (MX's pieces) */                                                    \
+        __device__ static void mma64(float *d, unsigned long long a, unsigned long long b) {        \
+            kg_wgmma_n64_##t(d, a, b, 0);                                                          \
         }                                                                                          \
     };
 KG_WG_IN16(kg_wg_bf16, bf16)
@@ -1244,6 +1263,82 @@ __device__ static __forceinline__ void kg_wg_stage_scales(float t[2][2], float n
     if (kb + 1 < nk) kg_wg_scales_load(nxt, rows, kb + 1);
 }
 
+// MX (SK = 2).  An E8M0 scale byte as a float: 2^(e - 127), 0xFF NaN.
+__device__ static inline float kg_e8m0(unsigned e) {
+    return __int_as_float(e == 255 ? 0x7fc00000 : e ? e << 23 : 0x400000);
+}
+// MX producer: thread t of NT writes stage kb's scales into its scale area
+// sc as floats (kg_e8m0): X's as [4][WG_BM] (tile row r of K block 4kb + j
+// at j x WG_BM + r), then Y^T's as [4][WG_BN].  sa, sb: E8M0 bytes, row m of
+// X's at sa + m x nkb, row n of group g's Y^T at sb + g x sbg + n x nkb.  A
+// row past the group's rows (past N) or a K block past the last scales 0:
+// its partial is 0 (TMA's zero fill) or never stored, and 0, not NaN x 0.
+// A row's four bytes are one 4-byte load when every row is 4-byte aligned
+// (v4); every load is issued before any store.
+template <int NT>
+__device__ static inline void kg_wg_mx_fill(unsigned sc, const kg_wg_at &at, int kb, int N, int nkb,
+                                            const unsigned char *sa, const unsigned char *sb, int sbg, int t) {
+    constexpr int R = WG_BM + WG_BN, PER = (R + NT - 1) / NT;
+    static_assert(PER <= 8, "a row's four bits of `ok` each");
+    const int b0 = 4 * kb;
+    const unsigned most = nkb - b0 >= 4 ? 15u : (1u << (nkb - b0)) - 1;   // the blocks that exist
+    const bool v4 = nkb % 4 == 0 && (((unsigned long long)sa | (unsigned long long)sb) & 3) == 0;
+    unsigned w[PER], ok = 0;   // ok: bit 4u + j set when block b0 + j of row u is read
+#pragma unroll
+    for (int u = 0; u < PER; u++) {
+        const int i = t + NT * u, x = i < WG_BM, r = x ? at.m0 + i : at.n0 + i - WG_BM;
+        const unsigned char *row = x ? sa + (kg_i64)r * nkb : sb + (kg_i64)at.g * sbg + (kg_i64)r * nkb;
+        const unsigned m = i < R && r < (x ? at.m_end : N) ? most : 0u;
+        ok |= m << (4 * u), w[u] = 0;
+        if (m == 15u && v4) w[u] = *(const unsigned *)(row + b0);
+        else
+#pragma unroll
+            for (int j = 0; j < 4; j++)
+                if (m >> j & 1) w[u] |= (unsigned)row[b0 + j] << (8 * j);
+    }
+#pragma unroll
+    for (int u = 0; u < PER; u++) {
+        const int i = t + NT * u;
+        if (i >= R) continue;
+        const unsigned at0 = sc + (i < WG_BM ? i : 4 * WG_BM + i - WG_BM) * 4, stride = (i < WG_BM ? WG_BM : WG_BN) * 4;
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            const float v = ok >> (4 * u + j) & 1 ? kg_e8m0(w[u] >> (8 * j) & 255) : 0.0f;
+            asm volatile("st.shared.f32 [%0], %1;" ::"r"(at0 + j * stride), "f"(v) : "memory");
+        }
+    }
+}
+// MX: issue k32 step kk of the 64 columns of Y^T from n0 (a piece) alone,
+// into a fresh partial p (wgmma m64n64k32); committed, not waited for.
+template <class In>
+__device__ static __forceinline__ void kg_wg_issue_piece(float *p, unsigned sx, unsigned sy, int n0, int kk) {
+    kg_wg_fence();
+    In::mma64(p, kg_wg_desc(sx + kk * 32), kg_wg_desc(sy + n0 * 128 + kk * 32));
+    kg_wg_commit();
+}
+// MX promotion: the completed partial p of K block kk of a stage (the
+// piece of 64 columns from n0) added into its 32 accumulators d times the
+// block's scales, those of this thread's tile rows r and r + 8 and of its
+// columns, from the stage's scale area sc: fma(partial, sa x sb, acc), as
+// ref.c's qprod_elem.  Register 4i + 2e + j of p holds row r + 8e, column
+// n0 + 8i + 2q + j.
+__device__ static __forceinline__ void kg_wg_promote_mx(float *d, const float *p, unsigned sc, int kk, int r, int n0,
+                                                        int q) {
+    float ra[2];
+    asm volatile("ld.shared.f32 %0, [%1];" : "=f"(ra[0]) : "r"(sc + (kk * WG_BM + r) * 4));
+    asm volatile("ld.shared.f32 %0, [%1];" : "=f"(ra[1]) : "r"(sc + (kk * WG_BM + r + 8) * 4));
+    const unsigned cb = sc + (4 * WG_BM + kk * WG_BN + n0 + 2 * q) * 4;
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
+        float b[2];
+        asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];" : "=f"(b[0]), "=f"(b[1]) : "r"(cb + 32 * i));
+#pragma unroll
+        for (int e = 0; e < 2; e++)
+#pragma unroll
+            for (int j = 0; j < 2; j++) d[4 * i + 2 * e + j] = kg_fma(p[4 * i + 2 * e + j], ra[e] * b[j], d[4 * i + 2 * e + j]);
+    }
+}
+
 // wgmma descriptor of k16 step kk of the operand tile at `tile` (one
 // consumer's 64 rows of X, or Y^T's WG_BN rows): K-major (T = 0) 32 bytes
 // on per step; MN-major (T = 1) 16 K rows (2 KiB) on per step, the next 64
@@ -1360,6 +1455,11 @@ __device__ static __forceinline__ void kg_wg_epilogue(kg_wg_tag<0>, A... a) {
 // only): one scale per 128 of K, C(m, n) = sum over K blocks kb of P_kb x
 // (sa[(m / gra) x nkb + kb] x sb[g*sbg + (n / grb) x nkb + kb]), each
 // stage's partial P_kb times its scales as it is added (kg_wg_scale_rows).
+// SK = 2 (MX): sa, sb are E8M0 bytes, one per 32 of K of each row of X and
+// of Y^T (gra = grb = 1), C(m, n) = sum over blocks b of P_b x (sa[m x nkb
+// + b] x sb[g*sbg + n x nkb + b]); producer warps 1-3 write each stage's
+// scales next to it (kg_wg_mx_fill), each k32 wgmma's partial is added
+// times them (kg_wg_promote_mx).
 template <class In, class Out, int TX, int TY, int RK, int SK = 0>
 __device__ static inline void kg_gemm_sm90(const kg_tmap *ta, const kg_tmap *tb, int use_tma,
                                            const unsigned char *X, const unsigned char *Y,
@@ -1372,12 +1472,15 @@ __device__ static inline void kg_gemm_sm90(const kg_tmap *ta, const kg_tmap *tb,
     extern __shared__ unsigned char kg_dsmem[];
     const unsigned base = (kg_smem_addr(kg_dsmem) + 1023u) & ~1023u;
     const unsigned bars = base + WG_STAGES * WG_STAGE_BYTES;   // full[s], then empty[s]
+    const unsigned mxs = bars + 16 * WG_STAGES;                 // SK = 2: stage s's scales at s x WG_MX_BYTES
     const int tid = (int)kg_tid(), wg = tid / 128, warp = tid / 32 % 4, lane = tid % 32;
-    const int BK = WG_ROW / In::EB;
+    const int BK = WG_ROW / In::EB, nkb = (K + WG_MX - 1) / WG_MX;   // nkb: SK = 2's scales per row
+    static_assert(SK != 2 || (!RK && WG_ROW / WG_MX == 4), "MX: four blocks of 32 per stage of 128 fp8");
     use_tma = use_tma && !WG_NO_TMA;
     if (tid == 0) {
         for (int s = 0; s < WG_STAGES; s++) {
-            kg_bar_init(bars + 8 * s, use_tma ? 1 : 128);
+            // full: TMA's arrive.expect_tx (and, MX, the 96 scale threads), or every producer thread's
+            kg_bar_init(bars + 8 * s, use_tma ? (SK == 2 ? 97 : 1) : 128);
             kg_bar_init(bars + 8 * (WG_STAGES + s), 8 * WG_CLUSTER);
         }
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
@@ -1387,7 +1490,8 @@ __device__ static inline void kg_gemm_sm90(const kg_tmap *ta, const kg_tmap *tb,
 
     if (wg == 0) {   // producer
         asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(In::PRODUCER));
-        if (use_tma && tid != 0) return;
+        const bool mxw = SK == 2 && warp > 0;   // MX: warps 1-3 write the scales
+        if (use_tma && tid != 0 && !mxw) return;
         int s = 0;
         unsigned phase = 0;
         for (int u = kg_wg_cluster_id(); u < units; u += kg_wg_clusters()) {
@@ -1398,7 +1502,12 @@ __device__ static inline void kg_gemm_sm90(const kg_tmap *ta, const kg_tmap *tb,
                 const unsigned full = bars + 8 * s, empty = bars + 8 * (WG_STAGES + s);
                 const unsigned sx = base + s * WG_STAGE_BYTES, sy = sx + WG_A_BYTES;
                 kg_bar_wait(empty, phase ^ 1);
-                if (use_tma) {
+                if (mxw)
+                    kg_wg_mx_fill<96>(mxs + s * WG_MX_BYTES, at, kb, N, nkb, (const unsigned char *)sa,
+                                      (const unsigned char *)sb, sbg, tid - 32);
+                if (use_tma && tid != 0) {
+                    kg_bar_arrive(full);   // MX: the scales are stored
+                } else if (use_tma) {
                     // Y^T's rows: K-major, group g's from row g x N of one [G x N][K] map; MN-major,
                     // plane g of a [G][K][N] map.  Clusters: this block's share of them, into
                     // every block of the cluster.
@@ -1436,7 +1545,8 @@ __device__ static inline void kg_gemm_sm90(const kg_tmap *ta, const kg_tmap *tb,
     // consumers: warpgroup 1 owns tile rows [0, 64), warpgroup 2 rows [64, 128)
     static_assert(128 * In::PRODUCER + 256 * In::CONSUMER <= 168 * WG_THREADS, "setmaxnreg split too large");
     asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(In::CONSUMER));
-    const int c = wg - 1, PW = In::PROMOTE ? WG_BN / 4 : 1;   // PW: a partial's registers
+    // PW: a partial's registers (MX: 32, a piece of 64 columns)
+    const int c = wg - 1, PW = !In::PROMOTE ? 1 : SK == 2 ? 32 : WG_BN / 4;
     // fp8: part, a half's partial
     float d[WG_BN / 2], part[PW];
     int s = 0;
@@ -1450,16 +1560,35 @@ __device__ static inline void kg_gemm_sm90(const kg_tmap *ta, const kg_tmap *tb,
         // SK: the scales are loaded a stage ahead (nxt), so that their latency hides under one stage
         kg_wg_scale_rows rows;
         float nxt[4];
-        if (SK) {
+        if (SK == 1) {
             rows = kg_wg_scale_rows_at(at, c * 64 + warp * 16 + lane / 4, N, nk, sa, sb, gra, grb, sbg);
             if (nk > 0) kg_wg_scales_load(nxt, rows, 0);
         }
         for (int kb = 0; kb < nk; kb++) {
             const unsigned sx = base + s * WG_STAGE_BYTES + c * 64 * 128, sy = base + s * WG_STAGE_BYTES + WG_A_BYTES;
             float t[2][2];   // SK: this stage's scales, t[half][row half]
-            if (SK) kg_wg_stage_scales(t, nxt, rows, kb, nk);
+            if (SK == 1) kg_wg_stage_scales(t, nxt, rows, kb, nk);
             kg_bar_wait(bars + 8 * s, phase);
             if (RK && at.k1 - at.k0 - kb * BK < BK) kg_wg_zero_tail(sx, sy, at.k1 - at.k0 - kb * BK, c, tid % 128);
+            if (SK == 2) {
+                // MX: the stage in k32 steps of 64 columns (pieces), each waited for and added times
+                // its scales (two partials in turn, a piece added while the next one's wgmma ran,
+                // measured 4.6% slower: README, the variants ledger); kk not unrolled, or ptxas spills
+                constexpr int NP = WG_BN / 64;
+#pragma unroll 1
+                for (int kk = 0; kk < 4; kk++)
+#pragma unroll
+                    for (int pc = 0; pc < NP; pc++) {
+                        kg_wg_issue_piece<In>(part, sx, sy, pc * 64, kk);
+                        kg_wg_wait<0>();
+                        kg_wg_touch<32>(part);
+                        kg_wg_promote_mx(d + pc * 32, part, mxs + s * WG_MX_BYTES, kk, c * 64 + warp * 16 + lane / 4,
+                                         pc * 64, lane % 4);
+                    }
+                kg_wg_release(bars + 8 * (WG_STAGES + s), lane);
+                if (++s == WG_STAGES) s = 0, phase ^= 1;
+                continue;
+            }
             if (In::PROMOTE) {   // the stage in two column halves, each through `part`, waited for
 #pragma unroll
                 for (int h = 0; h < 2; h++) {
@@ -1528,7 +1657,8 @@ __device__ static inline void kg_gemm_sm90(const kg_tmap *ta, const kg_tmap *tb,
     }
 // SK = 0: one scale per row block along all of K (per tensor, per row),
 // applied in the epilogue; SK = 1: blockwise, one per 128 of K (the sbg of
-// a group's Y^T scales: its row blocks x K blocks).
+// a group's Y^T scales: its row blocks x K blocks); SK = 2: MX, SA and SB
+// are E8M0 bytes, one per 32 of K of each row (gra = grb = 1).
 #define KG_QGEMM_SM90_ENTRY(name, In, Out, SK)                                                       \
     KG_ATOMICS(name, 0)                                                                              \
     extern "C" __global__ void __launch_bounds__(WG_THREADS, 1) KG_WG_CLUSTER_DIMS                  \
@@ -1536,7 +1666,8 @@ __device__ static inline void kg_gemm_sm90(const kg_tmap *ta, const kg_tmap *tb,
          const unsigned char *A, const unsigned char *B, const float *SA, const float *SB,           \
          Out::S *C, const int *offs, int G, int units, int M, int N, int K, int gra, int grb)        \
     {                                                                                                \
-        const int sbg = (N + grb - 1) / grb * (SK ? (K + WG_ROW - 1) / WG_ROW : 1);                 \
+        const int sbg = (N + grb - 1) / grb * (SK == 2 ? (K + WG_MX - 1) / WG_MX                    \
+                                               : SK ? (K + WG_ROW - 1) / WG_ROW : 1);                \
         kg_gemm_sm90<In, Out, 0, 0, 0, SK>(&ta, &tb, use_tma, A, B, C, offs, G, units, M, N, K, K, K, \
                                            (kg_i64)N * K, N, 1, 0, SA, SB, gra, grb, sbg);           \
     }
@@ -1559,6 +1690,10 @@ KG_QGEMM_SM90_ENTRY(kg_qgemm_sm90_e4m3_f32, kg_wg_e4m3, kg_f32, 0)
 KG_QGEMM_SM90_ENTRY(kg_qgemm_sm90_e5m2_f32, kg_wg_e5m2, kg_f32, 0)
 KG_QGEMM_SM90_ENTRY(kg_qgemm_sm90_blk_e4m3_f32, kg_wg_e4m3, kg_f32, 1)
 KG_QGEMM_SM90_ENTRY(kg_qgemm_sm90_blk_e5m2_f32, kg_wg_e5m2, kg_f32, 1)
+KG_QGEMM_SM90_ENTRY(kg_qgemm_sm90_mx_e4m3_bf16, kg_wg_e4m3, kg_bf16, 2)
+KG_QGEMM_SM90_ENTRY(kg_qgemm_sm90_mx_e5m2_bf16, kg_wg_e5m2, kg_bf16, 2)
+KG_QGEMM_SM90_ENTRY(kg_qgemm_sm90_mx_e4m3_f32, kg_wg_e4m3, kg_f32, 2)
+KG_QGEMM_SM90_ENTRY(kg_qgemm_sm90_mx_e5m2_f32, kg_wg_e5m2, kg_f32, 2)
 
 // Pack rows for TMA: `rows` rows of `cols` elements of eb bytes (1 or 2)
 // into dst, `dld` bytes apart (a multiple of 16); the bytes of a row past
@@ -1584,6 +1719,38 @@ extern "C" __global__ void kg_pack_rows(const unsigned char *src, unsigned char 
         const unsigned char *row = src + (r / per * sgroup + r % per * sld) * eb;
         if (eb == 2) kg_pack_chunk<2>(row, (int)c * 8, cols, dst + r * dld + c * 16);
         else kg_pack_chunk<1>(row, (int)c * 16, cols, dst + r * dld + c * 16);
+    }
+}
+// An E2M1 code as the E4M3 code of the same value (every E2M1 value is one):
+// magnitudes 0, 0.5, 1, 1.5, 2, 3, 4, 6 and the sign.  Plain C between the
+// marks: tests.sh checks all 16 codes against ref.c's codecs.
+// >>> kgate-fp4 (plain C once __device__ is dropped)
+__device__ static inline unsigned kg_e2m1_e4m3(unsigned c) {
+    const unsigned m = c & 7;
+    return (c & 8) << 4 | (m == 0 ? 0u : m == 1 ? 0x30u : 0x38u + 4 * (m - 2));
+}
+// <<< kgate-fp4
+// Unpack FP4 rows for TMA as kg_pack_rows packs: `rows` rows of `cols` E2M1
+// codes (two a byte, element 2j in the low nibble), row r at src + r / per
+// x sgroup + r % per x sld bytes, into dst as E4M3 codes (kg_e2m1_e4m3), `dld`
+// bytes apart (a multiple of 16), zero past cols: the MX entries then read
+// MXFP4 as MXFP8 with the same scales, exactly.  One thread per 16 bytes of
+// dst, grid-stride.
+KG_ATOMICS(kg_pack_fp4_e4m3, 0)
+extern "C" __global__ void kg_pack_fp4_e4m3(const unsigned char *src, unsigned char *dst, kg_i64 rows, kg_i64 per,
+                                            int cols, kg_i64 sld, kg_i64 sgroup, int dld) {
+    const kg_i64 chunks = dld / 16, n = rows * chunks, step = (kg_i64)kg_grid_x() * blockDim.x;
+    for (kg_i64 i = (kg_i64)kg_bid_x() * blockDim.x + kg_tid(); i < n; i += step) {
+        const kg_i64 r = i / chunks, c = i % chunks;
+        const unsigned char *row = src + r / per * sgroup + r % per * sld;
+        unsigned w[4] = { 0, 0, 0, 0 };
+#pragma unroll
+        for (int j = 0; j < 16; j++) {
+            const int e = (int)c * 16 + j;
+            if (e < cols) w[j / 4] |= kg_e2m1_e4m3(row[e / 2] >> (e % 2 * 4) & 15u) << (8 * (j % 4));
+        }
+        asm volatile("st.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(dst + r * dld + c * 16), "r"(w[0]), "r"(w[1]),
+                     "r"(w[2]), "r"(w[3]) : "memory");
     }
 }
 #endif // KG_SM90

@@ -1280,6 +1280,7 @@ FAST90="kg_gemm_sm90_bf16 kg_gemm_sm90_f16 kg_gemm_sm90_nn_bf16 kg_gemm_sm90_nn_
         kg_gemm_sm90_tn_f16 kg_gemm_sm90_tt_bf16 kg_gemm_sm90_tt_f16 kg_gemm_sm90_wgrad_bf16 kg_gemm_sm90_wgrad_f16
         kg_qgemm_sm90_e4m3_bf16 kg_qgemm_sm90_e5m2_bf16 kg_qgemm_sm90_blk_e4m3_bf16 kg_qgemm_sm90_blk_e5m2_bf16
         kg_qgemm_sm90_e4m3_f32 kg_qgemm_sm90_e5m2_f32 kg_qgemm_sm90_blk_e4m3_f32 kg_qgemm_sm90_blk_e5m2_f32
+        kg_qgemm_sm90_mx_e4m3_bf16 kg_qgemm_sm90_mx_e5m2_bf16 kg_qgemm_sm90_mx_e4m3_f32 kg_qgemm_sm90_mx_e5m2_f32
         kg_attn_fwd_sm90_d64_bf16 kg_attn_fwd_sm90_d128_bf16 kg_attn_fwd_sm90_d256_bf16
         kg_attn_fwd_sm90_d64_f16 kg_attn_fwd_sm90_d128_f16 kg_attn_fwd_sm90_d256_f16
         kg_attn_bwd_dkdv_sm90_d64_bf16 kg_attn_bwd_dkdv_sm90_d128_bf16 kg_attn_bwd_dkdv_sm90_d64_f16
@@ -1309,7 +1310,8 @@ sm90_ptx_check() {
     grep -iE "warning|C75[0-9][0-9]" "$tmp/k90.log" | head -3
     for e in $FAST90; do
         n=$(awk -v e="$e" '/\.entry /{name=$3; sub(/\(.*/, "", name)} /\.func /{name=""} name == e && /wgmma\.mma_async/{n++} END{print n + 0}' "$tmp/k90.ptx")
-        [ "$n" -ge 4 ] || echo "$e: $n wgmma.mma_async in its PTX body, want >= 4"
+        min=4; case $e in *_mx_*) min=2;; esac   # MX: one K block's pieces of 64 columns, 2 to 4
+        [ "$n" -ge $min ] || echo "$e: $n wgmma.mma_async in its PTX body, want >= $min"
         grep -A1 "Function properties for $e\$" "$tmp/k90.log" | grep -q " 0 bytes spill stores, 0 bytes spill loads" \
             || echo "$e: spills (or no ptxas report)"
     done
@@ -1325,7 +1327,7 @@ if [ -x "$nvcc" ] && [ -x "$ptxas" ]; then
         && ok "planted: a TN entry with one wgmma lacking its trans-a operand is named" \
         || bad "planted trans-a: not named: $(sm90_trans_check "$tmp/k90_tnsp.ptx")"
     probs=$(sm90_ptx_check -DWG_BN=192)
-    [ -z "$probs" ] && ok "-D WG_BN=192 (128x192 tiles: wgmma n192, fp8 halves n96) builds the same way: wgmma, no spill, no warning" \
+    [ -z "$probs" ] && ok "-D WG_BN=192 (128x192 tiles: wgmma n192, fp8 halves n96, MX pieces of 64) builds the same way: wgmma, no spill, no warning" \
         || bad "sm_90a, WG_BN=192: $probs"
     probs=$(sm90_ptx_check -DWG_CLUSTER=2 -DWG_STORE_V4=0 -DFB_FUSED=1 -DFB_DQ_ATOMIC=1 -DWG_BN=128)
     [ -z "$probs" ] && ok "the knobs' other side (-D WG_CLUSTER=2 -D WG_STORE_V4=0 -D FB_FUSED=1 -D FB_DQ_ATOMIC=1 -D WG_BN=128) builds the same way: wgmma, no spill, no warning" \
@@ -1347,6 +1349,26 @@ if [ -x "$nvcc" ] && [ -x "$ptxas" ]; then
 else
     echo "skip: no nvcc/ptxas (the CUDA toolkit) on this machine"
 fi
+# fp4_map_check [SED]: kernels.hip's kg_e2m1_e4m3 (the MX entries read MXFP4 through it; SED applied: a
+# planted fault) compiled as C; prints each E2M1 code whose E4M3 code is not ref.c's encoding of its value.
+fp4_map_check() {
+    awk '/>>> kgate-fp4/{p=1; next} /<<< kgate-fp4/{p=0} p' kernels.hip | sed "s/__device__ //; ${1:-}" >"$tmp/fp4map.h"
+    printf '#include <stdio.h>\n#include "fp4map.h"\nint main(void) { for (unsigned c = 0; c < 16; c++) printf("0x%%02x 0x%%02x\\n", c, kg_e2m1_e4m3(c)); return 0; }\n' >"$tmp/fp4map.c"
+    cc -std=c11 -Wall -Wextra -Werror -o "$tmp/fp4map" "$tmp/fp4map.c" 2>&1 || { echo "kg_e2m1_e4m3 does not compile as C"; return; }
+    "$tmp/fp4map" >"$tmp/fp4map.out"
+    $K codec e2m1 --decode-all | while read -r code val; do
+        want=$($K codec e4m3 "$val" | awk '{print $2}') got=$(awk -v c="$code" '$1 == c {print $2}' "$tmp/fp4map.out")
+        [ "$got" = "$want" ] || echo "E2M1 $code ($val): kernel ${got:-none}, ref.c $want"
+    done
+}
+probs=$(fp4_map_check)
+[ -z "$probs" ] && [ "$(wc -l <"$tmp/fp4map.out")" -eq 16 ] && ok "kg_e2m1_e4m3 (MXFP4 read as E4M3 by the sm_90a MX entries): all 16 E2M1 codes become ref.c's E4M3 code of their value" \
+    || bad "kg_e2m1_e4m3: $probs"
+probs=$(fp4_map_check 's/0x38u + 4 \* (m - 2)/0x38u + 8 * (m - 2)/')
+[ "$(printf '%s\n' "$probs" | wc -l)" -eq 10 ] && printf '%s\n' "$probs" | grep -q "^E2M1 0x05 (3): kernel 0x50, ref.c 0x44" \
+    && ok "planted: an E2M1 map with twice the exponent step is named code by code (the 10 codes above 1 in magnitude)" \
+    || bad "planted fp4 map: not named as expected: $probs"
+
 # SASS through kgate isa, where a cuobjdump is found: PATH, the CUDA toolkit, or the pip package
 # nvidia-cuda-cuobjdump (.ci/run installs it).
 cudir=""
@@ -1361,6 +1383,9 @@ if [ -n "$cudir" ] && { ldconfig -p 2>/dev/null | grep -q libnvrtc || [ -e /usr/
         row=$(grep "^$e " "$tmp/out" | tr -s ' ')
         w=$(echo "$row" | cut -d' ' -f4) first=$(echo "$row" | cut -d' ' -f10)
         case "$e:$first" in
+            # MX: k32 steps of 64 columns, the pieces of a K block unrolled
+            kg_qgemm_sm90_mx_e4m3*:QGMMA.64x64x32.F32.E4M3.E4M3|kg_qgemm_sm90_mx_e5m2*:QGMMA.64x64x32.F32.E5M2.E5M2)
+                [ "${w:-0}" -ge 4 ] && ok "$e: $w wgmma in SASS, first $first" || bad "$e: wgmma column '$w'" ;;
             kg_gemm_*:HGMMA.64x256x16.F32*|kg_qgemm_*e4m3*:QGMMA.64x128x32.F32.E4M3.E4M3|kg_qgemm_*e5m2*:QGMMA.64x128x32.F32.E5M2.E5M2)
                 [ "${w:-0}" -ge 4 ] && ok "$e: $w wgmma in SASS, first $first" || bad "$e: wgmma column '$w'" ;;
             # the attention forward: S = Q·K^T (D/16 steps) and O += P·V (BN/16 steps) per key block

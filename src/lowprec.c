@@ -256,10 +256,11 @@ static void qgemm_prepare(struct run *r)
     q->prods = run_owned(r, sizeof *q->prods);
     q->prods[0] = (struct qprod){ q->op[0].xq, q->op[1].xq, q->op[0].sf, q->op[1].sf, M, N, K, 0,
                                   q->op[0].g.gr, q->op[1].g.gr, q->gk };
-    /* the strides are those of one-byte codes (the sm_90a fp8 path reads them; FP4 never takes it) */
+    /* the strides of the codes' rows in bytes, for the sm_90a path (FP4: two codes a byte, unpacked there) */
+    int64_t rb = (int64_t)q_row_bytes(q->f, K);
     struct output *o = product_output(r, "C", M, N, (int64_t)N, 1, 1,
-        (struct prod_launch){ .dx = q->op[0].d_codes, .dy = q->op[1].d_codes, .sxm = (int64_t)K, .sxk = 1,
-                              .syk = 1, .syn = (int64_t)K, .m = M, .n = N, .k = K });
+        (struct prod_launch){ .dx = q->op[0].d_codes, .dy = q->op[1].d_codes, .sxm = rb, .sxk = 1,
+                              .syk = 1, .syn = rb, .m = M, .n = N, .k = K, .fp4 = q->f == Q_E2M1 });
     product_part(o, 0, 0, M, K, q->op[0].master, run_transpose(r, q->op[1].master, N, K));
     o->parts[0].q = &q->prods[0];
 }
@@ -279,9 +280,10 @@ static void qgrouped_prepare(struct run *r)
     const float *bt = run_transpose_blocks(r, q->op[1].master, G, N, K);   /* canonical [G][K][N] */
     size_t nkb = (K + q->gk - 1) / q->gk, b_blocks = qgrid_nbr(&q->op[1].g) * nkb;
     q->prods = run_owned(r, G * sizeof *q->prods);
+    int64_t rb = (int64_t)q_row_bytes(q->f, K);
     struct output *o = product_output(r, "C", M, N, (int64_t)N, 1, G,                 /* strides as qgemm's */
-        (struct prod_launch){ .dx = q->op[0].d_codes, .dy = q->op[1].d_codes, .sxm = (int64_t)K, .sxk = 1,
-                              .syk = 1, .syn = (int64_t)K, .syg = (int64_t)(N * K), .m = M, .n = N, .k = K });
+        (struct prod_launch){ .dx = q->op[0].d_codes, .dy = q->op[1].d_codes, .sxm = rb, .sxk = 1, .syk = 1,
+                              .syn = rb, .syg = (int64_t)N * rb, .m = M, .n = N, .k = K, .fp4 = q->f == Q_E2M1 });
     product_ragged_rows(r, o, &gs);
     for (size_t g = 0; g < G; g++) {
         q->prods[g] = (struct qprod){ q->op[0].xq + offs[g] * K, q->op[1].xq + g * N * K, q->op[0].sf,
@@ -336,39 +338,55 @@ static void q_cpu_product(struct run *r, const struct output *p)
     free(a), free(b), free(sa), free(sb);
 }
 
+/* Which sm_90a fp8 entry family takes a low-precision case on the arm a,
+ * for an output of K columns of inner dimension: 0 none, 1 scales of one
+ * block along K (per tensor or per row: kg_qgemm_sm90_<fmt>_<out>, scaled in
+ * the epilogue), 2 blockwise, a scale per 128 of K whose row blocks of B
+ * hold whole halves of the tile (kg_qgemm_sm90_blk_*, scaled as each stage
+ * is added), 3 MX (kg_qgemm_sm90_mx_*, each k32 step added times its E8M0
+ * scales; MXFP4's codes unpacked to E4M3 first, which needs the arm's
+ * packing).  fp32 scales take OCP E4M3 and E5M2. */
+static int q_sm90_family(const struct arm *a, const struct qrun *q, size_t K)
+{
+    size_t grb = q->op[1].g.gr;
+    if (a->sm90_smem <= 0) return 0;
+    if (q->rule != QR_AMAX)
+        return a->sm90_qmx && q->gk == (size_t)a->sm90_qmx &&
+               (q->f == Q_E4M3 || q->f == Q_E5M2 || (q->f == Q_E2M1 && a->sm90_pack)) ? 3 : 0;
+    if (q->f != Q_E4M3 && q->f != Q_E5M2) return 0;
+    if (q->gk >= K) return 1;
+    return a->sm90_qblock && q->gk == (size_t)a->sm90_qblock && a->sm90_tile_n >= 2 &&
+           grb % (size_t)(a->sm90_tile_n / 2) == 0 ? 2 : 0;
+}
+
 /* A low-precision product through the sm_90a fp8 GEMM when the current arm
- * has it and the case qualifies: OCP E4M3 or E5M2 with fp32 scales, plain
- * or grouped; scales of one block along K (per tensor or per row:
- * kg_qgemm_sm90_<fmt>_<out>, scaled in the epilogue) or of the stage's 128
- * along K whose row blocks of B hold whole halves of the tile (blockwise:
- * kg_qgemm_sm90_blk_<fmt>_<out>, scaled as each stage is added); a bf16
- * output, or an fp32 one under --trades-precision when the arm has those
- * entries (their fp8 tensor-core sums, promoted every 128 of K, fall short
- * of an fp32 output's baseline against the portable kernel's fp32 sums:
- * kernels.hip "Input types").  Returns 0, launching nothing, otherwise. */
+ * has the family that takes the case (q_sm90_family) and a bf16 output, or
+ * an fp32 one under --trades-precision when the arm has those entries
+ * (their fp8 tensor-core sums, promoted every 128 of K or, MX, every 32,
+ * fall short of an fp32 output's baseline against the portable kernel's
+ * fp32 sums: kernels.hip "Input types").  Returns 0, launching nothing,
+ * otherwise. */
 static int q_sm90_launch(struct run *r, struct output *p)
 {
     const struct arm *a = r->d->arm;
     const struct qrun *q = r->q;
     struct prod_launch *L = &p->pl;
-    int gra = (int)q->op[0].g.gr, grb = (int)q->op[1].g.gr;
-    int whole = q->gk >= L->k, blocks = a->sm90_qblock && q->gk == (size_t)a->sm90_qblock &&
-                                        a->sm90_tile_n >= 2 && grb % (a->sm90_tile_n / 2) == 0;
+    int gra = (int)q->op[0].g.gr, grb = (int)q->op[1].g.gr, fam = q_sm90_family(a, q, L->k);
     int f32 = p->dt == DT_F32 && r->o->trades_precision && a->sm90_qf32;
-    if (a->sm90_smem <= 0 || (q->f != Q_E4M3 && q->f != Q_E5M2) || q->rule != QR_AMAX || !(whole || blocks) ||
-        (p->dt != DT_BF16 && !f32))
-        return 0;
-    static const char *const fname[2][2][2] = {
+    if (!fam || (p->dt != DT_BF16 && !f32)) return 0;
+    static const char *const fname[2][3][2] = {   /* [f32][family - 1][E5M2] */
         { { "kg_qgemm_sm90_e4m3_bf16", "kg_qgemm_sm90_e5m2_bf16" },
-          { "kg_qgemm_sm90_blk_e4m3_bf16", "kg_qgemm_sm90_blk_e5m2_bf16" } },
+          { "kg_qgemm_sm90_blk_e4m3_bf16", "kg_qgemm_sm90_blk_e5m2_bf16" },
+          { "kg_qgemm_sm90_mx_e4m3_bf16", "kg_qgemm_sm90_mx_e5m2_bf16" } },
         { { "kg_qgemm_sm90_e4m3_f32", "kg_qgemm_sm90_e5m2_f32" },
-          { "kg_qgemm_sm90_blk_e4m3_f32", "kg_qgemm_sm90_blk_e5m2_f32" } } };
+          { "kg_qgemm_sm90_blk_e4m3_f32", "kg_qgemm_sm90_blk_e5m2_f32" },
+          { "kg_qgemm_sm90_mx_e4m3_f32", "kg_qgemm_sm90_mx_e5m2_f32" } } };
     struct sm90_args s;
     sm90_args(r, L, 1, p->dt, 0, 0, &s);
     void *params[] = { &s.ta, &s.tb, &s.use_tma, &s.x, &s.y, (void *)&q->op[0].d_scales,
                        (void *)&q->op[1].d_scales, &p->buf, &L->doffs, &s.G, &s.units, &s.M, &s.N, &s.K, &gra,
                        &grb };
-    gpu_launch_dims(r->d, fname[f32][!whole][q->f == Q_E5M2], &s.l, params);
+    gpu_launch_dims(r->d, fname[f32][fam - 1][q->f == Q_E5M2], &s.l, params);
     return 1;
 }
 

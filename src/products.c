@@ -168,16 +168,17 @@ static size_t pack_ld_bytes(size_t K, size_t es) { return (K * es + 15) / 16 * 1
 
 /* Queue kg_pack_rows: `rows` rows of K es-byte elements from src (row r is
  * row r % per of group r / per: at src + (r / per x sg + r % per x ld)
- * elements) into dst, pack_ld_bytes apart. */
+ * elements) into dst, pack_ld_bytes apart; fp4: kg_pack_fp4_e4m3, K E2M1
+ * codes a row (two a byte; the strides in bytes) unpacked to one-byte E4M3. */
 static void pack_launch(struct device *d, uint64_t src, uint64_t dst, size_t rows, size_t per, size_t K,
-                        int64_t ld, int64_t sg, size_t es)
+                        int64_t ld, int64_t sg, size_t es, int fp4)
 {
     long long R = (long long)rows, P = (long long)per;
     int cols = (int)K, dld = (int)pack_ld_bytes(K, es), eb = (int)es;
     uint64_t chunks = (uint64_t)rows * (uint64_t)dld / 16, most = 16ull * dev_sms(d);
     unsigned blocks = (unsigned)((chunks + 255) / 256 < most ? (chunks + 255) / 256 : most);
-    void *params[] = { &src, &dst, &R, &P, &cols, &ld, &sg, &dld, &eb };
-    gpu_launch(d, "kg_pack_rows", blocks, 1, 1, 256, params);
+    void *params[] = { &src, &dst, &R, &P, &cols, &ld, &sg, &dld, fp4 ? NULL : &eb };   /* fp4: 8 arguments */
+    gpu_launch(d, fp4 ? "kg_pack_fp4_e4m3" : "kg_pack_rows", blocks, 1, 1, 256, params);
 }
 
 /* The packed copies of an sm_90a launch: which operands are packed, the
@@ -189,8 +190,9 @@ struct pack_plan { int px, py; size_t xrows, xcols, yper, yrows, ycols, ldx, ldy
 /* The packing of s's operands (as sm90_operands sets them) of product L (G
  * groups, 0 when plain): each that TMA cannot read (a row stride or base
  * not aligned to 16 bytes; K-major Y's groups not n rows apart, MN-major
- * Y's group stride not a multiple of 16 bytes) is packed.  A stored row is
- * K elements of a K-major operand's row, or M (N) elements of an MN-major
+ * Y's group stride not a multiple of 16 bytes) is packed, and both when
+ * they are FP4 codes (L->fp4: unpacked to E4M3).  A stored row is K
+ * elements of a K-major operand's row, or M (N) elements of an MN-major
  * one's K row. */
 static struct pack_plan sm90_pack_plan(const struct prod_launch *L, size_t es, size_t G, const struct sm90_args *s)
 {
@@ -201,6 +203,7 @@ static struct pack_plan sm90_pack_plan(const struct prod_launch *L, size_t es, s
     p.px = !tma_aligned(s->x, s->ldx, es);
     p.py = !tma_aligned(s->y, s->ldy, es) ||
            (G && (s->ty ? s->syg * (int64_t)es % 16 != 0 : s->syg != (int64_t)L->n * s->ldy));
+    if (L->fp4) p.px = p.py = 1;
     if (!L->k || !L->m || !L->n) p.px = p.py = 0;
     p.ybase = p.ldx * p.xrows + IN_GUARD_BYTES;
     p.bytes = p.px || p.py ? p.ybase + p.ldy * p.yrows : 0;
@@ -230,11 +233,11 @@ static void sm90_pack(struct run *r, struct prod_launch *L, size_t es, size_t G,
         die(EXIT_DEVICE, "internal: %s needs %zu bytes of packing scratch, %zu made", r->c->label, p.bytes,
             L->dpack_bytes);
     if (p.px) {
-        pack_launch(r->d, s->x, L->dpack, p.xrows, p.xrows, p.xcols, s->ldx, 0, es);
+        pack_launch(r->d, s->x, L->dpack, p.xrows, p.xrows, p.xcols, s->ldx, 0, es, L->fp4);
         s->x = L->dpack, s->ldx = (int64_t)(p.ldx / es);
     }
     if (p.py) {
-        pack_launch(r->d, s->y, L->dpack + p.ybase, p.yrows, p.yper, p.ycols, s->ldy, s->syg, es);
+        pack_launch(r->d, s->y, L->dpack + p.ybase, p.yrows, p.yper, p.ycols, s->ldy, s->syg, es, L->fp4);
         s->y = L->dpack + p.ybase, s->ldy = (int64_t)(p.ldy / es), s->syg = (int64_t)(p.yper * p.ldy / es);
     }
 }

@@ -20,6 +20,8 @@ struct prod_launch {
     size_t m, n, k, groups, tiles;    /* tiles: ragged rows' total row tiles of 64 */
     const uint32_t *offs;             /* host copy of the group offsets */
     uint64_t dpack;                   /* sm_90a: the operands packed for TMA (sm90_pack), made by product_scratch */
+    int fp4;                          /* the operands are E2M1 codes, two a byte (strides in bytes): sm90_pack
+                                       * unpacks them to E4M3 */
     size_t dpack_bytes;
 };
 
