@@ -723,8 +723,10 @@ extern "C" __device__ int kg_qgemm_sm90_block = WG_ROW;
 extern "C" __device__ int kg_qgemm_sm90_f32 = 1;
 // The K of an MX scale block that kg_qgemm_sm90_mx_* take (E8M0 scales per
 // 32 of K, as the MX formats define them); 0 or absent: MX runs on the
-// portable kernel.
-extern "C" __device__ int kg_qgemm_sm90_mx = WG_MX;
+// portable kernel.  Tiles of 192 columns have no MX entries (their halves of
+// 96 columns leave ptxas a register short: it spills).
+#define WG_HAS_MX (WG_BN != 192)
+extern "C" __device__ int kg_qgemm_sm90_mx = WG_HAS_MX ? WG_MX : 0;
 
 // A TMA descriptor (CUtensorMap): 128 opaque bytes built on the host.
 struct __align__(64) kg_tmap { unsigned long long v[16]; };
@@ -930,8 +932,6 @@ KG_WG_MMA8(kg_wgmma_n64_e5m2, 64, "e5m2", KG_WG_D32, KG_WG_F32(d), "32", "33", "
             else if (WG_BN == 192) kg_wgmma_n192_##t<TX, TY>(d, a, b, acc);                        \
             else kg_wgmma_n128_##t<TX, TY>(d, a, b, acc);                                          \
         }                                                                                          \
-        /* MX's pieces are fp8 only (SK = 2 asserts PROMOTE): never called */                     \
-        __device__ static void mma64(float *, unsigned long long, unsigned long long) { __trap(); } \
     };
 #define KG_WG_IN8(name, t)                                                                         \
     struct name {                                                                                  \
@@ -942,10 +942,6 @@ KG_WG_MMA8(kg_wgmma_n64_e5m2, 64, "e5m2", KG_WG_D32, KG_WG_F32(d), "32", "33", "
             if (WG_BN == 256) kg_wgmma_n128_##t(d, a, b, acc);                                     \
             else if (WG_BN == 192) kg_wgmma_n96_##t(d, a, b, acc);                                 \
             else kg_wgmma_n64_##t(d, a, b, acc);                                                   \
-        }                                                                                          \
-        /* d = A·B, 64 columns (MX's pieces) */                                                    \
-        __device__ static void mma64(float *d, unsigned long long a, unsigned long long b) {        \
-            kg_wgmma_n64_##t(d, a, b, 0);                                                          \
         }                                                                                          \
     };
 KG_WG_IN16(kg_wg_bf16, bf16)
@@ -1308,28 +1304,27 @@ __device__ static inline void kg_wg_mx_fill(unsigned sc, const kg_wg_at &at, int
         }
     }
 }
-// MX: issue k32 step kk of the 64 columns of Y^T from n0 (a piece) alone,
-// into a fresh partial p (wgmma m64n64k32); committed, not waited for.
+// MX: issue k32 step kk of half h of a stage (as kg_wg_issue_half) alone,
+// into a fresh partial p; committed, not waited for.
 template <class In>
-__device__ static __forceinline__ void kg_wg_issue_piece(float *p, unsigned sx, unsigned sy, int n0, int kk) {
+__device__ static __forceinline__ void kg_wg_issue_k32(float *p, unsigned sx, unsigned sy, int h, int kk) {
     kg_wg_fence();
-    In::mma64(p, kg_wg_desc(sx + kk * 32), kg_wg_desc(sy + n0 * 128 + kk * 32));
+    In::template mma<0, 0>(p, kg_wg_desc(sx + kk * 32), kg_wg_desc(sy + h * (WG_BN / 2) * 128 + kk * 32), 0);
     kg_wg_commit();
 }
-// MX promotion: the completed partial p of K block kk of a stage (the
-// piece of 64 columns from n0) added into its 32 accumulators d times the
-// block's scales, those of this thread's tile rows r and r + 8 and of its
-// columns, from the stage's scale area sc: fma(partial, sa x sb, acc), as
-// ref.c's qprod_elem.  Register 4i + 2e + j of p holds row r + 8e, column
-// n0 + 8i + 2q + j.
-__device__ static __forceinline__ void kg_wg_promote_mx(float *d, const float *p, unsigned sc, int kk, int r, int n0,
+// MX promotion: the completed partial p of K block kk of a stage (half h)
+// added into its WG_BN/4 accumulators d times the block's scales, those of
+// this thread's tile rows r and r + 8 and of its columns, from the stage's
+// scale area sc: fma(partial, sa x sb, acc), as ref.c's qprod_elem.
+// Register 4i + 2e + j of p holds row r + 8e, column h x WG_BN/2 + 8i + 2q + j.
+__device__ static __forceinline__ void kg_wg_promote_mx(float *d, const float *p, unsigned sc, int kk, int r, int h,
                                                         int q) {
     float ra[2];
     asm volatile("ld.shared.f32 %0, [%1];" : "=f"(ra[0]) : "r"(sc + (kk * WG_BM + r) * 4));
     asm volatile("ld.shared.f32 %0, [%1];" : "=f"(ra[1]) : "r"(sc + (kk * WG_BM + r + 8) * 4));
-    const unsigned cb = sc + (4 * WG_BM + kk * WG_BN + n0 + 2 * q) * 4;
+    const unsigned cb = sc + (4 * WG_BM + kk * WG_BN + h * (WG_BN / 2) + 2 * q) * 4;
 #pragma unroll
-    for (int i = 0; i < 8; i++) {
+    for (int i = 0; i < WG_BN / 16; i++) {
         float b[2];
         asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];" : "=f"(b[0]), "=f"(b[1]) : "r"(cb + 32 * i));
 #pragma unroll
@@ -1545,8 +1540,7 @@ __device__ static inline void kg_gemm_sm90(const kg_tmap *ta, const kg_tmap *tb,
     // consumers: warpgroup 1 owns tile rows [0, 64), warpgroup 2 rows [64, 128)
     static_assert(128 * In::PRODUCER + 256 * In::CONSUMER <= 168 * WG_THREADS, "setmaxnreg split too large");
     asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(In::CONSUMER));
-    // PW: a partial's registers (MX: 32, a piece of 64 columns)
-    const int c = wg - 1, PW = !In::PROMOTE ? 1 : SK == 2 ? 32 : WG_BN / 4;
+    const int c = wg - 1, PW = In::PROMOTE ? WG_BN / 4 : 1;   // PW: a partial's registers
     // fp8: part, a half's partial
     float d[WG_BN / 2], part[PW];
     int s = 0;
@@ -1571,19 +1565,19 @@ __device__ static inline void kg_gemm_sm90(const kg_tmap *ta, const kg_tmap *tb,
             kg_bar_wait(bars + 8 * s, phase);
             if (RK && at.k1 - at.k0 - kb * BK < BK) kg_wg_zero_tail(sx, sy, at.k1 - at.k0 - kb * BK, c, tid % 128);
             if (SK == 2) {
-                // MX: the stage in k32 steps of 64 columns (pieces), each waited for and added times
-                // its scales (two partials in turn, a piece added while the next one's wgmma ran,
-                // measured 4.6% slower: README, the variants ledger); kk not unrolled, or ptxas spills
-                constexpr int NP = WG_BN / 64;
-#pragma unroll 1
-                for (int kk = 0; kk < 4; kk++)
+                // MX: each k32 step of each half through `part`, waited for and added times its
+                // scales (kk not unrolled, or ptxas spills).  Measured slower (README, the variants
+                // ledger): steps of 64 columns, one partial of 32 registers (5.7%), or two in turn,
+                // one added while the next one's wgmma runs (3.1%).
 #pragma unroll
-                    for (int pc = 0; pc < NP; pc++) {
-                        kg_wg_issue_piece<In>(part, sx, sy, pc * 64, kk);
+                for (int h = 0; h < 2; h++)
+#pragma unroll 1
+                    for (int kk = 0; kk < 4; kk++) {
+                        kg_wg_issue_k32<In>(part, sx, sy, h, kk);
                         kg_wg_wait<0>();
-                        kg_wg_touch<32>(part);
-                        kg_wg_promote_mx(d + pc * 32, part, mxs + s * WG_MX_BYTES, kk, c * 64 + warp * 16 + lane / 4,
-                                         pc * 64, lane % 4);
+                        kg_wg_touch<PW>(part);
+                        kg_wg_promote_mx(d + h * (WG_BN / 4), part, mxs + s * WG_MX_BYTES, kk,
+                                         c * 64 + warp * 16 + lane / 4, h, lane % 4);
                     }
                 kg_wg_release(bars + 8 * (WG_STAGES + s), lane);
                 if (++s == WG_STAGES) s = 0, phase ^= 1;
@@ -1690,10 +1684,12 @@ KG_QGEMM_SM90_ENTRY(kg_qgemm_sm90_e4m3_f32, kg_wg_e4m3, kg_f32, 0)
 KG_QGEMM_SM90_ENTRY(kg_qgemm_sm90_e5m2_f32, kg_wg_e5m2, kg_f32, 0)
 KG_QGEMM_SM90_ENTRY(kg_qgemm_sm90_blk_e4m3_f32, kg_wg_e4m3, kg_f32, 1)
 KG_QGEMM_SM90_ENTRY(kg_qgemm_sm90_blk_e5m2_f32, kg_wg_e5m2, kg_f32, 1)
+#if WG_HAS_MX
 KG_QGEMM_SM90_ENTRY(kg_qgemm_sm90_mx_e4m3_bf16, kg_wg_e4m3, kg_bf16, 2)
 KG_QGEMM_SM90_ENTRY(kg_qgemm_sm90_mx_e5m2_bf16, kg_wg_e5m2, kg_bf16, 2)
 KG_QGEMM_SM90_ENTRY(kg_qgemm_sm90_mx_e4m3_f32, kg_wg_e4m3, kg_f32, 2)
 KG_QGEMM_SM90_ENTRY(kg_qgemm_sm90_mx_e5m2_f32, kg_wg_e5m2, kg_f32, 2)
+#endif
 
 // Pack rows for TMA: `rows` rows of `cols` elements of eb bytes (1 or 2)
 // into dst, `dld` bytes apart (a multiple of 16); the bytes of a row past
