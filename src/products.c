@@ -222,13 +222,12 @@ static void sm90_pack_scratch(struct run *r, struct prod_launch *L, size_t bytes
 
 /* When the arm packs: replace in s each operand of L (G groups, 0 when
  * plain) that sm90_pack_plan packs by its packed copy in L's scratch
- * (product_scratch makes it before any launch; without it, made here),
- * queued before the GEMM so that its time counts in the launch's. */
+ * (product_scratch made it before any launch), queued before the GEMM so
+ * that its time counts in the launch's. */
 static void sm90_pack(struct run *r, struct prod_launch *L, size_t es, size_t G, struct sm90_args *s)
 {
     struct pack_plan p = sm90_pack_plan(L, es, G, s);
     if (!r->d->arm->sm90_pack || !p.bytes) return;
-    if (!L->dpack) sm90_pack_scratch(r, L, p.bytes);
     if (p.bytes > L->dpack_bytes)
         die(EXIT_DEVICE, "internal: %s needs %zu bytes of packing scratch, %zu made", r->c->label, p.bytes,
             L->dpack_bytes);
@@ -320,7 +319,6 @@ static void sm90_wgrad(struct run *r, struct output *p, struct prod_launch *L)
 {
     struct sm90_args s;
     sm90_args(r, L, 2, p->dt, 1, 1, &s);
-    p->pl.dpack = L->dpack;
     void *params[] = { &s.ta, &s.tb, &s.use_tma, &s.x, &s.y, &p->buf, &L->doffs, &s.G, &s.units, &s.M,
                        &s.N, &s.ldx, &s.ldy, &p->srow, &p->scol, &L->scg };
     gpu_launch_dims(r->d, p->dt == DT_BF16 ? "kg_gemm_sm90_wgrad_bf16" : "kg_gemm_sm90_wgrad_f16", &s.l, params);
@@ -356,7 +354,6 @@ static int sm90_launch(struct run *r, struct output *p)
     if ((tx && L.sxm != 1) || (ty && L.syn != 1) || ((tx || ty) && !a->sm90_layouts)) return 0;
     struct sm90_args s;
     sm90_args(r, &L, 2, p->dt, tx, ty, &s);
-    p->pl.dpack = L.dpack;   /* the pack scratch, if sm90_args made one, for the next launch */
     void *params[] = { &s.ta, &s.tb, &s.use_tma, &s.x, &s.y, &p->buf, &L.doffs, &s.G, &s.units, &s.M,
                        &s.N, &s.K, &s.ldx, &s.ldy, &s.syg, &srow, &scol };
     gpu_launch_dims(r->d, fname[tx][ty][p->dt == DT_BF16], &s.l, params);
