@@ -676,6 +676,9 @@ kg_gemm_f32(const float *X, const float *Y, float *C, int M, int N, int K, kg_i6
 #ifndef WG_NO_PACK
 #define WG_NO_PACK 0                        // 1: odd strides through the loads producer, not packed for TMA
 #endif
+#ifndef WG_FP8_SPAN
+#define WG_FP8_SPAN 1                       // fp8 without blockwise scales: stages per partial (1, 2; 0: none, a diagnostic)
+#endif
 #define WG_BM 128                           // two consumer warpgroups x 64 rows
 #define WG_ROW 128                          // bytes of K per stage row: one 128-byte swizzle row
 #define WG_THREADS 384
@@ -920,7 +923,11 @@ KG_WG_MMA8(kg_wgmma_n64_e5m2, 64, "e5m2", KG_WG_D32, KG_WG_F32(d), "32", "33", "
 // wgmma before adding (making the two consumers take turns at issuing, so
 // that one adds while the other's wgmma runs, measured slower: README,
 // the variants ledger; so did adding half of them under the next half's
-// wgmma, two partials in registers).  PRODUCER / CONSUMER: the
+// wgmma, two partials in registers).  WG_FP8_SPAN (per tensor and per row):
+// stages per partial; 1 as shipped, 2 (one wait per stage, sums half as
+// exact) measured 2.1% faster per tensor and at parity per row, 0 (never
+// promoted, a diagnostic) 7.2% faster per tensor: the promotion is a small
+// part of the gap to cuBLAS.  PRODUCER / CONSUMER: the
 // setmaxnreg split; the block holds 168 x 384 registers (__launch_bounds__(
 // 384, 1)), and a split that asks for more makes setmaxnreg.inc wait forever.
 #define KG_WG_IN16(name, t)                                                                        \
@@ -1581,6 +1588,54 @@ __device__ static inline void kg_gemm_sm90(const kg_tmap *ta, const kg_tmap *tb,
                     }
                 kg_wg_release(bars + 8 * (WG_STAGES + s), lane);
                 if (++s == WG_STAGES) s = 0, phase ^= 1;
+                continue;
+            }
+            if (In::PROMOTE && !SK && WG_FP8_SPAN == 0) {   // knob: the tensor cores' own sums, never promoted
+                kg_wg_fence();
+#pragma unroll
+                for (int h = 0; h < 2; h++)
+#pragma unroll
+                    for (int kk = 0; kk < 4; kk++)
+                        In::template mma<0, 0>(d + h * (WG_BN / 4), kg_wg_desc(sx + kk * 32),
+                                               kg_wg_desc(sy + h * (WG_BN / 2) * 128 + kk * 32), 1);
+                kg_wg_commit();
+                kg_wg_wait<WG_INFLIGHT>();
+                kg_wg_touch<WG_BN / 2>(d);
+                const int done = WG_INFLIGHT ? prev : s;
+                if (done >= 0) kg_wg_release(bars + 8 * (WG_STAGES + done), lane);
+                prev = s;
+                if (++s == WG_STAGES) s = 0, phase ^= 1;
+                continue;
+            }
+            if (In::PROMOTE && !SK && WG_FP8_SPAN == 2) {   // knob: each partial spans this stage and the next
+                const int s2 = s + 1 == WG_STAGES ? 0 : s + 1;
+                const bool two = kb + 1 < nk;
+                const unsigned sx2 = sx + (s2 - s) * WG_STAGE_BYTES, sy2 = sy + (s2 - s) * WG_STAGE_BYTES;
+                if (two) kg_bar_wait(bars + 8 * s2, s2 ? phase : phase ^ 1);
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    kg_wg_fence();
+#pragma unroll
+                    for (int kk = 0; kk < 4; kk++)
+                        In::template mma<0, 0>(part, kg_wg_desc(sx + kk * 32),
+                                               kg_wg_desc(sy + h * (WG_BN / 2) * 128 + kk * 32), kk);
+                    if (two)
+#pragma unroll
+                        for (int kk = 0; kk < 4; kk++)
+                            In::template mma<0, 0>(part, kg_wg_desc(sx2 + kk * 32),
+                                                   kg_wg_desc(sy2 + h * (WG_BN / 2) * 128 + kk * 32), 1);
+                    kg_wg_commit();
+                    kg_wg_wait<0>();
+                    kg_wg_touch<PW>(part);
+                    kg_wg_promote<SK>(d + h * (WG_BN / 4), part, t[h]);
+                }
+                kg_wg_release(bars + 8 * (WG_STAGES + s), lane);
+                if (++s == WG_STAGES) s = 0, phase ^= 1;
+                if (two) {
+                    kg_wg_release(bars + 8 * (WG_STAGES + s), lane);
+                    if (++s == WG_STAGES) s = 0, phase ^= 1;
+                    kb++;
+                }
                 continue;
             }
             if (In::PROMOTE) {   // the stage in two column halves, each through `part`, waited for
