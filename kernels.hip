@@ -697,6 +697,9 @@ kg_gemm_f32(const float *X, const float *Y, float *C, int M, int N, int K, kg_i6
 #if WG_CLUSTER != 1 && WG_CLUSTER != 2
 #error "WG_CLUSTER must be 1 or 2"
 #endif
+#if WG_FP8_SPAN < 0 || WG_FP8_SPAN > 2
+#error "WG_FP8_SPAN must be 0, 1 or 2"
+#endif
 // Tile rows per band, counted in units (a cluster's WG_CLUSTER tile rows).
 #define WG_BAND (WG_GROUP_M / WG_CLUSTER > 0 ? WG_GROUP_M / WG_CLUSTER : 1)
 
