@@ -1235,16 +1235,12 @@ __device__ static inline void kg_wg_scales_load(float v[4], const kg_wg_scale_ro
     v[0] = s.a[0][kb], v[1] = s.a[1][kb], v[2] = s.b[0][kb], v[3] = s.b[1][kb];
 }
 
-// fp8: issue half h of a stage (the WG_BN/2 columns of Y^T from h x
-// WG_BN/2) as one wgmma group of four k32 steps into the partial p, A this
-// consumer's 64 rows at sx, B the stage's Y^T at sy; committed, not waited for.
+// fp8: k32 step kk of half h of a stage (the WG_BN/2 columns of Y^T from
+// h x WG_BN/2) into p (added to it when acc), A this consumer's 64 rows at
+// sx, B the stage's Y^T at sy; neither fenced nor committed.
 template <class In>
-__device__ static __forceinline__ void kg_wg_issue_half(float *p, unsigned sx, unsigned sy, int h) {
-    kg_wg_fence();
-#pragma unroll
-    for (int kk = 0; kk < 4; kk++)
-        In::template mma<0, 0>(p, kg_wg_desc(sx + kk * 32), kg_wg_desc(sy + h * (WG_BN / 2) * 128 + kk * 32), kk);
-    kg_wg_commit();
+__device__ static __forceinline__ void kg_wg_mma_k32(float *p, unsigned sx, unsigned sy, int h, int kk, int acc) {
+    In::template mma<0, 0>(p, kg_wg_desc(sx + kk * 32), kg_wg_desc(sy + h * (WG_BN / 2) * 128 + kk * 32), acc);
 }
 // fp8 promotion: a half's completed partial p added into its WG_BN/4
 // accumulators d, times t[row half] (register i holds row half (i >> 1) & 1)
@@ -1313,14 +1309,6 @@ __device__ static inline void kg_wg_mx_fill(unsigned sc, const kg_wg_at &at, int
             asm volatile("st.shared.f32 [%0], %1;" ::"r"(at0 + j * stride), "f"(v) : "memory");
         }
     }
-}
-// MX: issue k32 step kk of half h of a stage (as kg_wg_issue_half) alone,
-// into a fresh partial p; committed, not waited for.
-template <class In>
-__device__ static __forceinline__ void kg_wg_issue_k32(float *p, unsigned sx, unsigned sy, int h, int kk) {
-    kg_wg_fence();
-    In::template mma<0, 0>(p, kg_wg_desc(sx + kk * 32), kg_wg_desc(sy + h * (WG_BN / 2) * 128 + kk * 32), 0);
-    kg_wg_commit();
 }
 // MX promotion: the completed partial p of K block kk of a stage (half h)
 // added into its WG_BN/4 accumulators d times the block's scales, those of
@@ -1583,7 +1571,9 @@ __device__ static inline void kg_gemm_sm90(const kg_tmap *ta, const kg_tmap *tb,
                 for (int h = 0; h < 2; h++)
 #pragma unroll 1
                     for (int kk = 0; kk < 4; kk++) {
-                        kg_wg_issue_k32<In>(part, sx, sy, h, kk);
+                        kg_wg_fence();
+                        kg_wg_mma_k32<In>(part, sx, sy, h, kk, 0);
+                        kg_wg_commit();
                         kg_wg_wait<0>();
                         kg_wg_touch<PW>(part);
                         kg_wg_promote_mx(d + h * (WG_BN / 4), part, mxs + s * WG_MX_BYTES, kk,
@@ -1593,40 +1583,21 @@ __device__ static inline void kg_gemm_sm90(const kg_tmap *ta, const kg_tmap *tb,
                 if (++s == WG_STAGES) s = 0, phase ^= 1;
                 continue;
             }
-            if (In::PROMOTE && !SK && WG_FP8_SPAN == 0) {   // knob: the tensor cores' own sums, never promoted
-                kg_wg_fence();
-#pragma unroll
-                for (int h = 0; h < 2; h++)
-#pragma unroll
-                    for (int kk = 0; kk < 4; kk++)
-                        In::template mma<0, 0>(d + h * (WG_BN / 4), kg_wg_desc(sx + kk * 32),
-                                               kg_wg_desc(sy + h * (WG_BN / 2) * 128 + kk * 32), 1);
-                kg_wg_commit();
-                kg_wg_wait<WG_INFLIGHT>();
-                kg_wg_touch<WG_BN / 2>(d);
-                const int done = WG_INFLIGHT ? prev : s;
-                if (done >= 0) kg_wg_release(bars + 8 * (WG_STAGES + done), lane);
-                prev = s;
-                if (++s == WG_STAGES) s = 0, phase ^= 1;
-                continue;
-            }
-            if (In::PROMOTE && !SK && WG_FP8_SPAN == 2) {   // knob: each partial spans this stage and the next
+            if (In::PROMOTE && (SK || WG_FP8_SPAN)) {
+                // the stage in two column halves, each through `part`, waited for; WG_FP8_SPAN = 2
+                // (not SK): each half's partial spans the next stage too, and both are freed
+                const bool two = !SK && WG_FP8_SPAN == 2 && kb + 1 < nk;
                 const int s2 = s + 1 == WG_STAGES ? 0 : s + 1;
-                const bool two = kb + 1 < nk;
                 const unsigned sx2 = sx + (s2 - s) * WG_STAGE_BYTES, sy2 = sy + (s2 - s) * WG_STAGE_BYTES;
                 if (two) kg_bar_wait(bars + 8 * s2, s2 ? phase : phase ^ 1);
 #pragma unroll
                 for (int h = 0; h < 2; h++) {
                     kg_wg_fence();
 #pragma unroll
-                    for (int kk = 0; kk < 4; kk++)
-                        In::template mma<0, 0>(part, kg_wg_desc(sx + kk * 32),
-                                               kg_wg_desc(sy + h * (WG_BN / 2) * 128 + kk * 32), kk);
+                    for (int kk = 0; kk < 4; kk++) kg_wg_mma_k32<In>(part, sx, sy, h, kk, kk);
                     if (two)
 #pragma unroll
-                        for (int kk = 0; kk < 4; kk++)
-                            In::template mma<0, 0>(part, kg_wg_desc(sx2 + kk * 32),
-                                                   kg_wg_desc(sy2 + h * (WG_BN / 2) * 128 + kk * 32), 1);
+                        for (int kk = 0; kk < 4; kk++) kg_wg_mma_k32<In>(part, sx2, sy2, h, kk, 1);
                     kg_wg_commit();
                     kg_wg_wait<0>();
                     kg_wg_touch<PW>(part);
@@ -1641,23 +1612,18 @@ __device__ static inline void kg_gemm_sm90(const kg_tmap *ta, const kg_tmap *tb,
                 }
                 continue;
             }
-            if (In::PROMOTE) {   // the stage in two column halves, each through `part`, waited for
-#pragma unroll
-                for (int h = 0; h < 2; h++) {
-                    kg_wg_issue_half<In>(part, sx, sy, h);
-                    kg_wg_wait<0>();
-                    kg_wg_touch<PW>(part);
-                    kg_wg_promote<SK>(d + h * (WG_BN / 4), part, t[h]);
-                }
-                kg_wg_release(bars + 8 * (WG_STAGES + s), lane);
-                if (++s == WG_STAGES) s = 0, phase ^= 1;
-                continue;
-            }
             kg_wg_touch<WG_BN / 2>(d);
             kg_wg_fence();
+            if (In::PROMOTE) {   // fp8 with WG_FP8_SPAN = 0 (a diagnostic): the tensor cores' own sums
 #pragma unroll
-            for (int kk = 0; kk < 4; kk++)
-                In::template mma<TX, TY>(d, kg_wg_desc_at<TX>(sx, kk), kg_wg_desc_at<TY>(sy, kk), 1);
+                for (int h = 0; h < 2; h++)
+#pragma unroll
+                    for (int kk = 0; kk < 4; kk++) kg_wg_mma_k32<In>(d + h * (WG_BN / 4), sx, sy, h, kk, 1);
+            } else {
+#pragma unroll
+                for (int kk = 0; kk < 4; kk++)
+                    In::template mma<TX, TY>(d, kg_wg_desc_at<TX>(sx, kk), kg_wg_desc_at<TY>(sy, kk), 1);
+            }
             kg_wg_commit();
             // WG_INFLIGHT = 1: wait for the previous stage's group only, and
             // free that stage; this one's runs on while the next is waited for.
