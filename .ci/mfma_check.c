@@ -115,6 +115,47 @@ static void load_tile(double *s, const double *P, long sr, long sk, int R, int K
             }
 }
 
+/* n small integers in -7..8 from the LCG state *seed, into P. */
+static void fill_ints(double *P, int n, unsigned *seed)
+{
+    for (int i = 0; i < n; i++) P[i] = (double)((*seed = *seed * 1103515245u + 12345u) >> 16 & 15) - 7;
+}
+
+/* Block (m0, n0)'s accumulators (wave w, sub-tiles x, y) into C (M x N,
+ * row-major) where the kernels' stores place them, counting each
+ * element's writes. */
+static void tile_store(double acc[4][2][2][64][16], double *C, int *writes, int M, int N, int m0, int n0)
+{
+    for (int w = 0; w < 4; w++)
+        for (int x = 0; x < 2; x++)
+            for (int y = 0; y < 2; y++)
+                for (int l = 0; l < 64; l++)
+                    for (int i = 0; i < 16; i++) {
+                        int m = m0 + kg_mf_wave_row(w) + 32 * x + kg_mf_d_row(l, i);
+                        int n = n0 + kg_mf_wave_col(w) + 32 * y + kg_mf_d_col(l);
+                        if (m < M && n < N) C[m * N + n] = acc[w][x][y][l][i], writes[m * N + n]++;
+                    }
+}
+
+/* The largest |C - X Y| (X(m, k) at X[m*sxm + k*sxk], Y^T(n, k) at
+ * Y[n*syn + k*syk]), or -1 when an element of C was not written exactly
+ * once. */
+static double tile_worst(const double *C, const int *writes, const double *X, const double *Y, int M, int N,
+                         int K, long sxm, long sxk, long syn, long syk)
+{
+    double worst = 0;
+    for (int m = 0; m < M; m++)
+        for (int n = 0; n < N; n++) {
+            double s = 0;
+            for (int k = 0; k < K; k++) s += X[m * sxm + k * sxk] * Y[n * syn + k * syk];
+            if (writes[m * N + n] != 1) return -1;
+            double d = C[m * N + n] - s;
+            if (d < 0) d = -d;
+            if (d > worst) worst = d;
+        }
+    return worst;
+}
+
 /* C = X Y (M x N x K, X and Y^T row-major when vx, vy; else column-major)
  * through the kernel's index math, block by block; returns the largest
  * |difference| from the direct product, or -1 when an element of C is not
@@ -124,9 +165,9 @@ static double tile_run(int M, int N, int K, int vx, int vy, unsigned seed)
     double *X = malloc(sizeof(double) * M * K + 1), *Y = malloc(sizeof(double) * N * K + 1);
     double *C = calloc((size_t)M * N, sizeof(double));
     int *writes = calloc((size_t)M * N, sizeof(int));
-    double xs[MF_BM * MF_LD], ys[MF_BN * MF_LD], worst = 0;
-    for (int i = 0; i < M * K; i++) X[i] = (double)((seed = seed * 1103515245u + 12345u) >> 16 & 15) - 7;
-    for (int i = 0; i < N * K; i++) Y[i] = (double)((seed = seed * 1103515245u + 12345u) >> 16 & 15) - 7;
+    double xs[MF_BM * MF_LD], ys[MF_BN * MF_LD];
+    fill_ints(X, M * K, &seed);
+    fill_ints(Y, N * K, &seed);
     long sxm = vx ? K : 1, sxk = vx ? 1 : M, syn = vy ? K : 1, syk = vy ? 1 : N;   /* Y^T's (n, k) */
     static double acc[4][2][2][64][16];
     for (int m0 = 0; m0 < M; m0 += MF_BM)
@@ -149,26 +190,9 @@ static double tile_run(int M, int N, int K, int vx, int vy, unsigned seed)
                                 mfma_emulated(a, b, acc[w][x][y]);
                             }
             }
-            for (int w = 0; w < 4; w++)
-                for (int x = 0; x < 2; x++)
-                    for (int y = 0; y < 2; y++)
-                        for (int l = 0; l < 64; l++)
-                            for (int i = 0; i < 16; i++) {
-                                int m = m0 + kg_mf_wave_row(w) + 32 * x + kg_mf_d_row(l, i);
-                                int n = n0 + kg_mf_wave_col(w) + 32 * y + kg_mf_d_col(l);
-                                if (m < M && n < N) C[m * N + n] = acc[w][x][y][l][i], writes[m * N + n]++;
-                            }
+            tile_store(acc, C, writes, M, N, m0, n0);
         }
-    for (int m = 0; m < M; m++)
-        for (int n = 0; n < N; n++) {
-            double s = 0;
-            for (int k = 0; k < K; k++) s += X[m * sxm + k * sxk] * Y[n * syn + k * syk];
-            if (writes[m * N + n] != 1) { worst = -1; goto done; }
-            double d = C[m * N + n] - s;
-            if (d < 0) d = -d;
-            if (d > worst) worst = d;
-        }
-done:
+    double worst = tile_worst(C, writes, X, Y, M, N, K, sxm, sxk, syn, syk);
     free(X), free(Y), free(C), free(writes);
     return worst;
 }
@@ -210,9 +234,8 @@ static double tile_run8(int M, int N, int K, unsigned seed)
     double *C = calloc((size_t)M * N, sizeof(double));
     int *writes = calloc((size_t)M * N, sizeof(int));
     static double xs[MF_BM * MF8_LD], ys[MF_BN * MF8_LD], acc[4][2][2][64][16];
-    double worst = 0;
-    for (int i = 0; i < M * K; i++) X[i] = (double)((seed = seed * 1103515245u + 12345u) >> 16 & 15) - 7;
-    for (int i = 0; i < N * K; i++) Y[i] = (double)((seed = seed * 1103515245u + 12345u) >> 16 & 15) - 7;
+    fill_ints(X, M * K, &seed);
+    fill_ints(Y, N * K, &seed);
     for (int m0 = 0; m0 < M; m0 += MF_BM)
         for (int n0 = 0; n0 < N; n0 += MF_BN) {
             memset(acc, 0, sizeof acc);
@@ -233,26 +256,9 @@ static double tile_run8(int M, int N, int K, unsigned seed)
                                 mfma_emulated8(a, b, acc[w][x][y]);
                             }
             }
-            for (int w = 0; w < 4; w++)
-                for (int x = 0; x < 2; x++)
-                    for (int y = 0; y < 2; y++)
-                        for (int l = 0; l < 64; l++)
-                            for (int i = 0; i < 16; i++) {
-                                int m = m0 + kg_mf_wave_row(w) + 32 * x + kg_mf_d_row(l, i);
-                                int n = n0 + kg_mf_wave_col(w) + 32 * y + kg_mf_d_col(l);
-                                if (m < M && n < N) C[m * N + n] = acc[w][x][y][l][i], writes[m * N + n]++;
-                            }
+            tile_store(acc, C, writes, M, N, m0, n0);
         }
-    for (int m = 0; m < M; m++)
-        for (int n = 0; n < N; n++) {
-            double s = 0;
-            for (int k = 0; k < K; k++) s += X[m * K + k] * Y[n * K + k];
-            if (writes[m * N + n] != 1) { worst = -1; goto done; }
-            double d = C[m * N + n] - s;
-            if (d < 0) d = -d;
-            if (d > worst) worst = d;
-        }
-done:
+    double worst = tile_worst(C, writes, X, Y, M, N, K, K, 1, K, 1);
     free(X), free(Y), free(C), free(writes);
     return worst;
 }
@@ -309,8 +315,7 @@ static double attn_run(int Sq, int Sk, int Dh, int causal, unsigned seed)
     static int loaded[MFA_BN][MFA_DMAX];
     double *all[3] = { Q, Kt, V };
     int n[3] = { Sq * Dh, Sk * Dh, Sk * Dh };
-    for (int a = 0; a < 3; a++)
-        for (int i = 0; i < n[a]; i++) all[a][i] = (double)((seed = seed * 1103515245u + 12345u) >> 16 & 15) - 7;
+    for (int a = 0; a < 3; a++) fill_ints(all[a], n[a], &seed);
     int diag = Sk - Sq;
     for (int i0 = 0; i0 < Sq; i0 += MFA_BM)
         for (int w = 0; w < 4; w++) {
