@@ -299,7 +299,7 @@ KG_GEMM_ENTRY(kg_gemm_bf16, kg_bf16)
 //     l / 4, column l % 4 within those).  Thread (tm, tn) owns SG_TM x SG_TN
 //     outputs: rows g*64 + tm*4 + 0..3 and columns h*64 + tn*4 + 0..3 of the
 //     tile, for g < SG_TM / 4, h < SG_TN / 4; tiles of 128 x 256 (8 x 16
-//     outputs a thread) on sm_90 and later, 128 x 128 (8 x 8) elsewhere;
+//     outputs a thread) on sm_90, 128 x 128 (8 x 8) elsewhere;
 //     k-tiles of SG_BK (as shipped 16 on CUDA, 8 on HIP).
 //   - Shared memory: two stages of X's tile as [SG_BK][SG_BM] and Y's as
 //     [SG_BK][SG_BN] (k-major, each k-row padded by SG_PAD floats), read as
@@ -326,16 +326,16 @@ KG_GEMM_ENTRY(kg_gemm_bf16, kg_bf16)
 // bound took 0.927x the time of SG_BK = 8 with it at 8192x8192x1024 NN, 0.783x
 // at 1024^3 and 0.898x at 333x517x129.  HIP keeps SG_BK = 8, unmeasured on an
 // AMD GPU: clang-19's gfx942 build at 16 spills 6 SGPRs (238 VGPRs), at 8 none.
-// SG_BN = 256 (2026-12-03, 7 rounds) took 0.929x the time of 128 x 128 with
-// another kernel's loads as reference, 0.940x of the shipped 128 x 128 (5
-// rounds), at 8192x8192x1024 NN (README, "The ledger").
+// SG_BN = 256 (2026-12-03) took 0.940x the time of 128 x 128 (5 rounds) at
+// 8192x8192x1024 NN; against a third kernel (7 rounds), 0.929x where
+// 128 x 128 took 0.989x (README, the variants ledger).
 
 #ifndef SG_BM
 #define SG_BM 128
 #endif
 #ifndef SG_BN
-#if defined(KG_CUDA) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-#define SG_BN 256                        // sm_90: 50 KiB of static shared memory, which sm_80/86/89 refuse
+#if defined(KG_CUDA) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ == 900
+#define SG_BN 256                        // sm_90: 50 KiB of static shared memory, which sm_80-89 and sm_100/120 refuse
 #else
 #define SG_BN 128
 #endif

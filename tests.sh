@@ -877,6 +877,13 @@ if ldconfig -p 2>/dev/null | grep -q libnvrtc || [ -e /usr/local/cuda/lib64/libn
     else
         has "$tmp/out" "no disassembler found" "without cuobjdump, isa says so"
     fi
+    # the other NVIDIA archs compile too: sm_90's knobs (SG_BN = 256: 50 KiB of static shared memory)
+    # must not reach archs whose ptxas refuses them (sm_80-89 and sm_100/120 stop at 48 KiB)
+    for a in sm_80 sm_86 sm_89 sm_100 sm_120; do
+        run $K isa --arch $a
+        [ $rc -eq 0 ] && ok "kernels.hip compiles for $a (NVRTC)" \
+            || bad "isa --arch $a: exit $rc: $(grep -m1 -E 'error|does not compile' "$tmp/err")"
+    done
     KGATE_CACHE="$tmp/c2" KGATE_TEST_COMPILER=crash run $K isa --arch sm_90a
     [ $rc -eq 5 ] && ok "compiler crash: exit 5" || bad "compiler crash: exit $rc"
     has "$tmp/err" "compiler crashed with signal 11" "a compiler crash is reported with its signal"
