@@ -17,7 +17,7 @@ min-max spread; one row per vendor operation (attention: cuDNN and flash),
 all timed in the same rounds as kgate.  A backend that refuses a case (it
 raises) gets a row saying so and does not fail the run.
 
-    python3 bench/vs_vendor.py [--kgate ./kgate] [--rounds 3] [--only SUBSTR[$]] [--json FILE] [--timeout S]
+    python3 bench/vs_vendor.py [--kgate ./kgate] [--rounds 3] [--only SUBSTR[$] ...] [--json FILE] [--timeout S]
 
 Exit status: 0 when every case ran and passed its gates, 1 when a case failed
 a gate or kgate failed, 2 on bad usage.
@@ -27,6 +27,7 @@ import json
 import statistics
 import subprocess
 import sys
+import time
 
 import torch
 
@@ -347,10 +348,17 @@ def kgate_part_us(case, args, part):
     return sum(times)
 
 
-def selected(name, only):
-    """Whether --only `only` selects the case `name`: it contains `only`, or
-    ends with it when `only` ends in $."""
-    return name.endswith(only[:-1]) if only.endswith("$") else only in name
+def selected(name, onlys):
+    """Whether the --only arguments `onlys` select the case `name`: there are
+    none, or one is contained in it (ending in $: ends it)."""
+    return not onlys or any(name.endswith(o[:-1]) if o.endswith("$") else o in name for o in onlys)
+
+
+def save_json(path, rows):
+    """Write the table's rows so far as JSON to `path` (none: nothing)."""
+    if path:
+        with open(path, "w") as f:
+            json.dump(rows, f, indent=1)
 
 
 def main():
@@ -358,7 +366,8 @@ def main():
     ap.add_argument("--kgate", default="./kgate")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--samples", type=int, default=50, help="vendor samples per round")
-    ap.add_argument("--only", default="", help="run the cases whose name contains this (ending in $: ends with it)")
+    ap.add_argument("--only", action="append", default=[],
+                    help="run the cases whose name contains this (ending in $: ends with it); repeatable: any of them")
     ap.add_argument("--json", help="write the table as JSON to this file")
     ap.add_argument("--timeout", type=int, default=300, help="seconds one kgate run may take")
     a = ap.parse_args()
@@ -377,6 +386,7 @@ def main():
     for name, args, flops, vendors, part in CASES:
         if not selected(name, a.only):
             continue
+        t0 = time.monotonic()
         fns, refused = [], []
         for label, build in vendors:
             try:
@@ -414,10 +424,10 @@ def main():
             rows.append(row)
             print("%-44s %12.1f %12.1f %10.3f (%.3f-%.3f)" % (shown(label), row["vendor_tflops"], row["kgate_tflops"],
                                                                row["ratio"], row["ratio_min"], row["ratio_max"]))
+        print("  (%s: %.0f s)" % (name, time.monotonic() - t0), file=sys.stderr)
         sys.stdout.flush()
-    if a.json:
-        with open(a.json, "w") as f:
-            json.dump(rows, f, indent=1)
+        save_json(a.json, rows)   # after every case: a run stopped part-way keeps its rows
+    save_json(a.json, rows)
     return status
 
 
