@@ -1,5 +1,5 @@
-/* ref.c — kgate's CPU side of the arithmetic: number formats, a small thread
- * pool, the double-precision references, the same-precision ("lp") references
+/* ref.c — kgate's CPU side of the arithmetic: a small thread pool, number
+ * formats, the double-precision references, the same-precision ("lp") references
  * and the CPU candidate that `--device cpu` runs in place of a GPU kernel.
  *
  * This file is #included by kgate.c (one amalgamated program); everything in
@@ -17,6 +17,50 @@
  * contract kernels.hip's kg_quantize meets byte for byte), and products of
  * quantized operands (decoded codes times per-block scales, K contiguous).
  */
+
+/* ===== Thread pool ===== */
+
+/* par_for runs fn(ctx, i) for every i in [0, n) on all online CPUs (or
+ * $KGATE_THREADS), handing out indices one at a time; it returns when all
+ * are done.  Work items must be independent. */
+typedef void (*par_fn)(void *ctx, size_t i);
+
+struct par_job { par_fn fn; void *ctx; size_t n; atomic_size_t next; };
+
+static void *par_worker(void *arg)
+{
+    struct par_job *j = arg;
+    for (;;) {
+        size_t i = atomic_fetch_add(&j->next, 1);
+        if (i >= j->n) return NULL;
+        j->fn(j->ctx, i);
+    }
+}
+
+/* The threads of par_for: $KGATE_THREADS (exit 2 naming it unless it is a
+ * whole number from 1 to 256), else the online CPUs (at most 256). */
+static int par_threads(void)
+{
+    const char *env = getenv("KGATE_THREADS");
+    uint64_t v;
+    if (env && parse_u64(env, 1, 256, &v) != 0)
+        die(EXIT_USAGE, "KGATE_THREADS=%s: expected a whole number of threads from 1 to 256", shown(env));
+    long n = env ? (long)v : sysconf(_SC_NPROCESSORS_ONLN);
+    return n < 1 ? 1 : n > 256 ? 256 : (int)n;
+}
+
+static void par_for(size_t n, par_fn fn, void *ctx)
+{
+    struct par_job j = { fn, ctx, n, 0 };
+    int nt = par_threads();
+    if ((size_t)nt > n) nt = (int)n;
+    pthread_t tid[256];
+    int started = 0;
+    for (int t = 1; t < nt; t++)
+        if (pthread_create(&tid[started], NULL, par_worker, &j) == 0) started++;
+    par_worker(&j);
+    for (int t = 0; t < started; t++) pthread_join(tid[t], NULL);
+}
 
 /* ===== Number formats ===== */
 
@@ -300,69 +344,57 @@ static float q_scaled(const struct qblock *k, enum qrule rule, float v)
     return rule == QR_AMAX ? v * k->scale : k->e == 128 ? NAN : ldexpf(v, -k->e);
 }
 
+/* The quantizer's work: every block's scale first (qblock_item, one block a
+ * work item), then the codes row by row (qrow_item, one row of the batch a
+ * work item; an FP4 byte never spans two rows). */
+struct qquant_job {
+    const float *x;
+    const struct qgrid *g;
+    enum qfmt f;
+    enum qrule rule;
+    struct qblock *k;             /* qgrid_blocks(g) of them */
+    uint8_t *codes;
+    size_t rb;                    /* q_row_bytes of a row */
+    float *s;                     /* QR_AMAX: per block, 1 / scale */
+    uint8_t *e8;                  /* MX: per block, the E8M0 byte */
+};
+
+static void qblock_item(void *ctx, size_t b)
+{
+    struct qquant_job *j = ctx;
+    j->k[b] = q_block(j->x, j->g, j->f, j->rule, b);
+    if (j->rule == QR_AMAX) j->s[b] = 1.0f / j->k[b].scale;
+    else j->e8[b] = (uint8_t)(j->k[b].e + 127);
+}
+
+static void qrow_item(void *ctx, size_t row)
+{
+    const struct qquant_job *j = ctx;
+    const struct qgrid *g = j->g;
+    size_t nbr = qgrid_nbr(g), nbc = qgrid_nbc(g), z = row / g->rows, bi = row % g->rows / g->gr;
+    for (size_t bj = 0; bj < nbc; bj++) {
+        const struct qblock *k = &j->k[(z * nbr + bi) * nbc + bj];
+        for (size_t c = k->c0; c < k->c1; c++)
+            q_put(j->f, j->codes, j->rb, row, c, q_encode(j->f, q_scaled(k, j->rule, j->x[row * g->cols + c])));
+    }
+    if (j->f == Q_E2M1 && g->cols % 2) q_put(j->f, j->codes, j->rb, row, g->cols, 0);
+}
+
 /* Quantize x (batch x rows x cols, row-major) to format f as `rule` says,
  * one scale per block of g: codes (batch*rows rows of q_row_bytes; an odd
  * FP4 row's last high nibble 0), and per block either s (QR_AMAX: the
  * dequantisation scale 1/scale, fp32) or e8 (MX: the E8M0 byte).  The
- * contract of kernels.hip's kg_quantize, which must agree byte for byte. */
+ * contract of kernels.hip's kg_quantize, which must agree byte for byte.
+ * On all CPUs (par_for): each code depends on its value and its block alone. */
 static void q_quantize(const float *x, const struct qgrid *g, enum qfmt f, enum qrule rule, uint8_t *codes,
                        float *s, uint8_t *e8)
 {
-    size_t rb = q_row_bytes(f, g->cols);
-    for (size_t b = 0; b < qgrid_blocks(g); b++) {
-        struct qblock k = q_block(x, g, f, rule, b);
-        if (rule == QR_AMAX) s[b] = 1.0f / k.scale;
-        else e8[b] = (uint8_t)(k.e + 127);
-        for (size_t r = k.r0; r < k.r1; r++)
-            for (size_t c = k.c0; c < k.c1; c++)
-                q_put(f, codes, rb, r, c, q_encode(f, q_scaled(&k, rule, x[r * g->cols + c])));
-    }
-    if (f == Q_E2M1 && g->cols % 2)
-        for (size_t r = 0; r < g->batch * g->rows; r++) q_put(f, codes, rb, r, g->cols, 0);
-}
-
-/* ===== Thread pool ===== */
-
-/* par_for runs fn(ctx, i) for every i in [0, n) on all online CPUs (or
- * $KGATE_THREADS), handing out indices one at a time; it returns when all
- * are done.  Work items must be independent. */
-typedef void (*par_fn)(void *ctx, size_t i);
-
-struct par_job { par_fn fn; void *ctx; size_t n; atomic_size_t next; };
-
-static void *par_worker(void *arg)
-{
-    struct par_job *j = arg;
-    for (;;) {
-        size_t i = atomic_fetch_add(&j->next, 1);
-        if (i >= j->n) return NULL;
-        j->fn(j->ctx, i);
-    }
-}
-
-/* The threads of par_for: $KGATE_THREADS (exit 2 naming it unless it is a
- * whole number from 1 to 256), else the online CPUs (at most 256). */
-static int par_threads(void)
-{
-    const char *env = getenv("KGATE_THREADS");
-    uint64_t v;
-    if (env && parse_u64(env, 1, 256, &v) != 0)
-        die(EXIT_USAGE, "KGATE_THREADS=%s: expected a whole number of threads from 1 to 256", shown(env));
-    long n = env ? (long)v : sysconf(_SC_NPROCESSORS_ONLN);
-    return n < 1 ? 1 : n > 256 ? 256 : (int)n;
-}
-
-static void par_for(size_t n, par_fn fn, void *ctx)
-{
-    struct par_job j = { fn, ctx, n, 0 };
-    int nt = par_threads();
-    if ((size_t)nt > n) nt = (int)n;
-    pthread_t tid[256];
-    int started = 0;
-    for (int t = 1; t < nt; t++)
-        if (pthread_create(&tid[started], NULL, par_worker, &j) == 0) started++;
-    par_worker(&j);
-    for (int t = 0; t < started; t++) pthread_join(tid[t], NULL);
+    size_t nb = qgrid_blocks(g);
+    struct qquant_job j = { x, g, f, rule, xmalloc((nb + 1) * sizeof(struct qblock)), codes, q_row_bytes(f, g->cols), s,
+                            e8 };
+    par_for(nb, qblock_item, &j);
+    par_for(g->batch * g->rows, qrow_item, &j);
+    free(j.k);
 }
 
 /* ===== Matrix products on the CPU ===== */
@@ -564,55 +596,117 @@ struct qprod {
     size_t rows, cols, inner, xrow0, grx, gry, gk;
 };
 
-/* P_kb: the sum over k in [k0, k1) of x[k]·y[k] as `kind` sums it: ACC_F64
- * in four double partial sums (exact products); ACC_F32_SEQ in fp32, k in
- * order (the kernels' order, the same-precision reference); ACC_F32_TILED in
- * four interleaved fp32 partial sums (the CPU candidate: another order). */
-static double qprod_block(enum acc_kind kind, const float *x, const float *y, size_t k0, size_t k1)
+/* Two builds of the quantized products' loop: the portable one and, on
+ * x86-64, one for CPUs with AVX2 and FMA (since 2013; not in x86-64's
+ * baseline), picked at run time unless $KGATE_REF_PORTABLE=1.  Their bodies
+ * are REF_INLINE, so that each build has its own copy; fmaf is an
+ * instruction in the fast one, a library call in the other.  Both give the
+ * same bits: fmaf rounds once either way, every other product is its own
+ * statement (no compiler may fuse it into the add that follows), and the
+ * vector lanes hold the same partial sums. */
+#define REF_INLINE static inline __attribute__((always_inline))
+#if defined(__x86_64__) && defined(__GNUC__)
+#define REF_FAST __attribute__((target("avx2,fma")))
+#else
+#define REF_FAST
+#endif
+
+/* Whether the fast build runs: the CPU has AVX2 and FMA, and
+ * $KGATE_REF_PORTABLE is not 1 (exit 2 unless it is 0 or 1). */
+static int ref_fast(void)
+{
+    const char *env = getenv("KGATE_REF_PORTABLE");
+    uint64_t v = 0;
+    if (env && parse_u64(env, 0, 1, &v) != 0)
+        die(EXIT_USAGE, "KGATE_REF_PORTABLE=%s: expected 0 or 1", shown(env));
+    if (v) return 0;
+#if defined(__x86_64__) && defined(__GNUC__)
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+#else
+    return 0;
+#endif
+}
+
+/* Quantized products run QP_COLS output columns of a row side by side: each
+ * column's arithmetic is that of the column alone, in the same order, but
+ * the columns' fp32 chains (one fused multiply-add after another) interleave
+ * instead of waiting on each other. */
+#define QP_COLS 8
+
+/* P_kb of QP_COLS columns: part[c] = the sum over k in [k0, k1) of
+ * x[k]·y[c][k] as `kind` sums it: ACC_F64 in four double partial sums (exact
+ * products); ACC_F32_SEQ in fp32, k in order (the kernels' order, the
+ * same-precision reference); ACC_F32_TILED in four interleaved fp32 partial
+ * sums (the CPU candidate: another order).  Products and sums are separate
+ * statements, so that no compiler contracts them into one rounding. */
+REF_INLINE void qprod_block(enum acc_kind kind, const float *x, const float *const y[QP_COLS], size_t k0, size_t k1,
+                           double part[QP_COLS])
 {
     size_t k = k0;
     if (kind == ACC_F64) {
-        double s[4] = { 0, 0, 0, 0 };
+        double s[QP_COLS][4] = { { 0 } };
         for (; k + 4 <= k1; k += 4)
-            for (int l = 0; l < 4; l++) s[l] += (double)x[k + l] * y[k + l];
-        for (; k < k1; k++) s[0] += (double)x[k] * y[k];
-        return (s[0] + s[1]) + (s[2] + s[3]);
+            for (int c = 0; c < QP_COLS; c++)
+                for (int l = 0; l < 4; l++) {
+                    double m = (double)x[k + l] * y[c][k + l];
+                    s[c][l] += m;
+                }
+        for (; k < k1; k++)
+            for (int c = 0; c < QP_COLS; c++) {
+                double m = (double)x[k] * y[c][k];
+                s[c][0] += m;
+            }
+        for (int c = 0; c < QP_COLS; c++) part[c] = (s[c][0] + s[c][1]) + (s[c][2] + s[c][3]);
+        return;
     }
-    float part = 0;
+    float acc[QP_COLS] = { 0 };
     if (kind == ACC_F32_TILED) {
-        kg_v4f v = { 0, 0, 0, 0 };
+        kg_v4f v[QP_COLS] = { { 0 } };
         for (; k + 4 <= k1; k += 4) {
             kg_v4f a, b;
-            memcpy(&a, x + k, sizeof a), memcpy(&b, y + k, sizeof b);
-            v += a * b;
+            memcpy(&a, x + k, sizeof a);
+            for (int c = 0; c < QP_COLS; c++) {
+                memcpy(&b, y[c] + k, sizeof b);
+                kg_v4f m = a * b;
+                v[c] += m;
+            }
         }
-        part = (v[0] + v[1]) + (v[2] + v[3]);
+        for (int c = 0; c < QP_COLS; c++) acc[c] = (v[c][0] + v[c][1]) + (v[c][2] + v[c][3]);
     }
-    for (; k < k1; k++) part = fmaf(x[k], y[k], part);
-    return part;
+    for (; k < k1; k++)
+        for (int c = 0; c < QP_COLS; c++) acc[c] = fmaf(x[k], y[c][k], acc[c]);
+    for (int c = 0; c < QP_COLS; c++) part[c] = acc[c];
 }
 
-/* Element (i, j) of p: each K-block's P_kb as qprod_block sums it, then in
- * double acc += sx·sy·P_kb (ACC_F64), or in fp32 acc = fma(P_kb, sx·sy, acc)
- * (the kernels' arithmetic). */
-static double qprod_elem(const struct qprod *p, enum acc_kind kind, size_t i, size_t j)
+/* Elements (i, j[c]) of p for QP_COLS columns j: each K-block's P_kb as
+ * qprod_block sums it, then in double acc += sx·sy·P_kb (ACC_F64), or in
+ * fp32 acc = fma(P_kb, sx·sy, acc) (the kernels' arithmetic). */
+REF_INLINE void qprod_elems(const struct qprod *p, enum acc_kind kind, size_t i, const size_t j[QP_COLS],
+                           double out[QP_COLS])
 {
     size_t nkb = (p->inner + p->gk - 1) / p->gk;
-    const float *x = p->x + i * p->inner, *y = p->y + j * p->inner;
-    const float *sx = p->sx + (p->xrow0 + i) / p->grx * nkb, *sy = p->sy + j / p->gry * nkb;
-    double acc64 = 0;
-    float acc = 0;
+    const float *x = p->x + i * p->inner, *sx = p->sx + (p->xrow0 + i) / p->grx * nkb;
+    const float *y[QP_COLS], *sy[QP_COLS];
+    double acc64[QP_COLS] = { 0 }, part[QP_COLS];
+    float acc[QP_COLS] = { 0 };
+    for (int c = 0; c < QP_COLS; c++) y[c] = p->y + j[c] * p->inner, sy[c] = p->sy + j[c] / p->gry * nkb;
     for (size_t kb = 0, k0 = 0; k0 < p->inner; kb++, k0 += p->gk) {
-        double part = qprod_block(kind, x, y, k0, k0 + p->gk < p->inner ? k0 + p->gk : p->inner);
-        if (kind == ACC_F64) acc64 += (double)sx[kb] * (double)sy[kb] * part;
-        else acc = fmaf((float)part, sx[kb] * sy[kb], acc);
+        qprod_block(kind, x, y, k0, k0 + p->gk < p->inner ? k0 + p->gk : p->inner, part);
+        for (int c = 0; c < QP_COLS; c++) {
+            if (kind == ACC_F64) {
+                double w = (double)sx[kb] * (double)sy[c][kb], m = w * part[c];
+                acc64[c] += m;
+            } else {
+                acc[c] = fmaf((float)part[c], sx[kb] * sy[c][kb], acc[c]);
+            }
+        }
     }
-    return kind == ACC_F64 ? acc64 : acc;
+    for (int c = 0; c < QP_COLS; c++) out[c] = kind == ACC_F64 ? acc64[c] : acc[c];
 }
 
-/* out[r][c] = element (rows[r], cols[c]) of p, by `kind` (qprod_elem;
- * ACC_F64: double out, otherwise float).  rows
- * or cols NULL: all of them (nr, nc the counts). */
+/* out[r][c] = element (rows[r], cols[c]) of p, by `kind` (qprod_elems;
+ * ACC_F64: double out, otherwise float).  rows or cols NULL: all of them
+ * (nr, nc the counts). */
 struct qsel_job {
     enum acc_kind kind;
     const struct qprod *p;
@@ -621,25 +715,37 @@ struct qsel_job {
     void *out;
 };
 
-static void qsel_item(void *ctx, size_t r)
+/* Row r of the job, QP_COLS columns at a time (the last group repeats its
+ * last column to fill the lanes and keeps only its own). */
+REF_INLINE void qsel_row(const struct qsel_job *j, size_t r)
 {
-    const struct qsel_job *j = ctx;
     size_t i = j->rows ? j->rows[r] : r;
-    for (size_t c = 0; c < j->nc; c++) {
-        double v = qprod_elem(j->p, j->kind, i, j->cols ? j->cols[c] : c);
-        if (j->kind == ACC_F64) ((double *)j->out)[r * j->nc + c] = v;
-        else ((float *)j->out)[r * j->nc + c] = (float)v;
+    for (size_t c0 = 0; c0 < j->nc; c0 += QP_COLS) {
+        size_t col[QP_COLS], n = j->nc - c0 < QP_COLS ? j->nc - c0 : QP_COLS;
+        double v[QP_COLS];
+        for (size_t c = 0; c < QP_COLS; c++) {
+            size_t at = c0 + (c < n ? c : n - 1);
+            col[c] = j->cols ? j->cols[at] : at;
+        }
+        qprod_elems(j->p, j->kind, i, col, v);
+        for (size_t c = 0; c < n; c++) {
+            if (j->kind == ACC_F64) ((double *)j->out)[r * j->nc + c0 + c] = v[c];
+            else ((float *)j->out)[r * j->nc + c0 + c] = (float)v[c];
+        }
     }
 }
+
+static void qsel_item(void *ctx, size_t r) { qsel_row(ctx, r); }
+REF_FAST static void qsel_item_fast(void *ctx, size_t r) { qsel_row(ctx, r); }
 
 static void qprod_select(enum acc_kind kind, const struct qprod *p, const uint32_t *rows, size_t nr,
                          const uint32_t *cols, size_t nc, void *out)
 {
     struct qsel_job j = { kind, p, rows, cols, nc, out };
-    par_for(nr, qsel_item, &j);
+    par_for(nr, ref_fast() ? qsel_item_fast : qsel_item, &j);
 }
 
-/* The CPU "kernel" of a quantized product: every element as qprod_elem in
+/* The CPU "kernel" of a quantized product: every element as qprod_elems in
  * ACC_F32_TILED order,
  * rounded to dtype t and stored at i*scm + j*scn of raw buffer c. */
 static void cpu_candidate_qgemm(enum dtype t, const struct qprod *p, void *c, int64_t scm, int64_t scn)

@@ -824,6 +824,22 @@ KGATE_THREADS=0 run $K gemm --device cpu --shape 64x64x64
 [ $rc -eq 2 ] && ok "KGATE_THREADS=0: exit 2" || bad "KGATE_THREADS=0: exit $rc"
 KGATE_THREADS=2 run $K gemm --device cpu --shape 64x64x64
 [ $rc -eq 0 ] && ok "KGATE_THREADS=2 is taken" || bad "KGATE_THREADS=2: exit $rc"
+KGATE_REF_PORTABLE=2 run $K gemm --device cpu --dtype e4m3 --shape 64x64x64
+[ $rc -eq 2 ] && grep -q "KGATE_REF_PORTABLE=2" "$tmp/err" && ok "KGATE_REF_PORTABLE=2: exit 2 naming it" || bad "KGATE_REF_PORTABLE=2: exit $rc: $(head -c 300 "$tmp/err")"
+# the quantized products' two builds (ref.c: REF_FAST, for AVX2 and FMA, and the
+# portable one) give the same bits: the dumped inputs, outputs (the CPU candidate is
+# such a product) and double references, and the JSON (whose gate figures come from
+# the same-precision references too)
+grep -qw avx2 /proc/cpuinfo 2>/dev/null && grep -qw fma /proc/cpuinfo && fast="AVX2 and FMA here" || fast="no AVX2+FMA here: both portable"
+for c in "gemm --dtype mxfp8 --shape 130x70x1001" "gemm --dtype mxfp4 --mx-rule up --out f32 --shape 67x33x1000" \
+         "grouped --dtype e4m3 --scaling block --groups 0,200,65 --shape 300x256" "gemm --dtype e5m2 --scaling row --shape 260x300x520"; do
+    rm -rf "$tmp/ref_fast" "$tmp/ref_port"
+    $K $c --device cpu --dump "$tmp/ref_fast" --json 2>/dev/null | sed 's/"time":{[^}]*}//g' >"$tmp/ref_fast.json"
+    KGATE_REF_PORTABLE=1 $K $c --device cpu --dump "$tmp/ref_port" --json 2>/dev/null | sed 's/"time":{[^}]*}//g' >"$tmp/ref_port.json"
+    if [ -s "$tmp/ref_fast.json" ] && diff -r "$tmp/ref_fast" "$tmp/ref_port" >/dev/null && cmp -s "$tmp/ref_fast.json" "$tmp/ref_port.json"; then
+        ok "references' fast and portable builds: the same bytes ($fast): $c"
+    else bad "references' fast and portable builds differ: $c"; fi
+done
 # 14: a --dump directory that cannot be made is usage, before any work; a write that fails is 6
 bad_usage "--dump under /dev/full"   $K gemm --device cpu --shape 8x8x8 --dump /dev/full/x
 touch "$tmp/dumpfile"
@@ -2019,7 +2035,7 @@ def vector(n):
         env = C(["KGATE_THREADS=", "KGATE_THREADS=1", "KGATE_THREADS=3", "KGATE_THREADS=0", "KGATE_THREADS=-5",
                  "KGATE_THREADS=abc", "KGATE_THREADS=1000000", "KGATE_THREADS=" + BIG, "KGATE_COMPILE_TIMEOUT=0",
                  "KGATE_COMPILE_TIMEOUT=nan", "KGATE_COMPILE_TIMEOUT=-1", "KGATE_CACHE=",
-                 "KGATE_CACHE=" + D + "/file"])
+                 "KGATE_CACHE=" + D + "/file", "KGATE_REF_PORTABLE=1", "KGATE_REF_PORTABLE=x"])
     return args, env, stdin
 
 with open(D + "/tiny.hip", "w") as f:   # compiles for sm_90a (NVRTC) and gfx942 (clang-19 -nogpuinc)

@@ -315,7 +315,7 @@ static size_t q_neighbour_block(const struct qoperand *op, size_t b)
 
 /* A low-precision product on the CPU: the codes and scales read back from
  * the buffers the GPU kernel would read, decoded, multiplied by ref.c's
- * candidate (qprod_elem, ACC_F32_TILED) per group. */
+ * candidate (qprod_elems, ACC_F32_TILED) per group. */
 static void q_cpu_product(struct run *r, const struct output *p)
 {
     const struct qrun *q = r->q;

@@ -213,6 +213,42 @@ static double rng_normal(uint64_t key, uint64_t i)
     return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
 }
 
+/* run_input's work on all CPUs (par_for): values in chunks of RUN_CHUNK,
+ * each chunk's largest magnitude, then the rounding of every chunk. */
+#define RUN_CHUNK 65536
+struct input_job {
+    float *v;
+    size_t n;
+    uint64_t key;
+    enum inputs dist;
+    const struct in_shape *sh;
+    enum dtype t;
+    float *chunk_max;             /* one per chunk */
+    float mx;                     /* the divisor of the rounding pass */
+};
+
+static void input_draw_item(void *ctx, size_t c)
+{
+    struct input_job *j = ctx;
+    size_t i1 = (c + 1) * RUN_CHUNK < j->n ? (c + 1) * RUN_CHUNK : j->n;
+    float mx = 0;
+    for (size_t i = c * RUN_CHUNK; i < i1; i++) {
+        float v = j->dist == IN_NORMAL ? (float)rng_normal(j->key, i) : rng_sym(j->key, i);
+        if (j->dist == IN_SCALED)
+            v *= in_scaled_factor(j->sh, mix64(j->key ^ 0x7363616c), i / j->sh->cols, i % j->sh->cols);
+        j->v[i] = v;
+        mx = fabsf(v) > mx ? fabsf(v) : mx;
+    }
+    j->chunk_max[c] = mx;
+}
+
+static void input_round_item(void *ctx, size_t c)
+{
+    struct input_job *j = ctx;
+    size_t i1 = (c + 1) * RUN_CHUNK < j->n ? (c + 1) * RUN_CHUNK : j->n;
+    for (size_t i = c * RUN_CHUNK; i < i1; i++) j->v[i] = dt_round(j->t, j->v[i] / j->mx);
+}
+
 /* A seeded input tensor (stream `id` of the run's key) laid out as sh, drawn
  * from the case's distribution, rounded to dtype t: uniform in [-1, 1),
  * normalised to max|x| = 1; normal, N(0, 1/3) (the uniform's variance: the
@@ -221,22 +257,16 @@ static double rng_normal(uint64_t key, uint64_t i)
  * in_scaled_factor, normalised to max|x| = 1. */
 static float *run_input(struct run *r, int id, struct in_shape sh, enum dtype t)
 {
-    size_t n = sh.rows * sh.cols;
-    float *v = run_host(r, n);
-    uint64_t key = mix64(r->key ^ (uint64_t)id);
-    enum inputs dist = r->c->inputs;
-    float mx = 0;
-    for (size_t i = 0; i < n; i++) {
-        v[i] = dist == IN_NORMAL ? (float)rng_normal(key, i) : rng_sym(key, i);
-        if (dist == IN_SCALED) v[i] *= in_scaled_factor(&sh, mix64(key ^ 0x7363616c), i / sh.cols, i % sh.cols);
-        mx = fabsf(v[i]) > mx ? fabsf(v[i]) : mx;
-    }
-    if (dist == IN_NORMAL) mx = mx > 0 ? 1.7320508f : 0;   /* sqrt(3): N(0, 1) to N(0, 1/3) */
-    if (mx > 0)
-        for (size_t i = 0; i < n; i++) v[i] = dt_round(t, v[i] / mx);
-    else if (n > 0)
-        r->inputs_nonzero = 0;
-    return v;
+    size_t n = sh.rows * sh.cols, chunks = (n + RUN_CHUNK - 1) / RUN_CHUNK;
+    struct input_job j = { run_host(r, n), n, mix64(r->key ^ (uint64_t)id), r->c->inputs, &sh, t,
+                           xcalloc(chunks + 1, sizeof(float)), 0 };
+    par_for(chunks, input_draw_item, &j);
+    for (size_t c = 0; c < chunks; c++) j.mx = j.chunk_max[c] > j.mx ? j.chunk_max[c] : j.mx;
+    free(j.chunk_max);
+    if (j.dist == IN_NORMAL) j.mx = j.mx > 0 ? 1.7320508f : 0;   /* sqrt(3): N(0, 1) to N(0, 1/3) */
+    if (j.mx > 0) par_for(chunks, input_round_item, &j);
+    else if (n > 0) r->inputs_nonzero = 0;
+    return j.v;
 }
 
 /* Keep input `name` for --dump: data (float32 values, type 'f', or bytes,
@@ -248,16 +278,26 @@ static void run_keep(struct run *r, const char *name, const void *data, char typ
     r->kept[r->nkept++] = (struct kept){ name, data, type, ndim, { d0, d1, d2 } };
 }
 
+/* run_upload's conversion on all CPUs: chunk c of v stored as dtype t. */
+struct store_job { const float *v; size_t n; enum dtype t; void *raw; };
+
+static void store_item(void *ctx, size_t c)
+{
+    const struct store_job *j = ctx;
+    size_t i1 = (c + 1) * RUN_CHUNK < j->n ? (c + 1) * RUN_CHUNK : j->n;
+    for (size_t i = c * RUN_CHUNK; i < i1; i++) dt_store(j->t, j->raw, i, j->v[i]);
+}
+
 /* Upload float values (exactly representable in t) as dtype t; returns the
  * device buffer (between guard bands: run_dev_input). */
 static uint64_t run_upload(struct run *r, const float *v, size_t n, enum dtype t)
 {
     size_t bytes = n * DTYPES[t].bytes;
-    void *raw = xmalloc(bytes);
-    for (size_t i = 0; i < n; i++) dt_store(t, raw, i, v[i]);
+    struct store_job j = { v, n, t, xmalloc(bytes) };
+    par_for((n + RUN_CHUNK - 1) / RUN_CHUNK, store_item, &j);
     uint64_t p = run_dev_input(r, bytes);
-    dev_upload(r->d, p, raw, bytes);
-    free(raw);
+    dev_upload(r->d, p, j.raw, bytes);
+    free(j.raw);
     return p;
 }
 
@@ -281,15 +321,32 @@ static uint64_t run_upload_bytes(struct run *r, const void *v, size_t n)
     return p;
 }
 
+/* The transposes' work on all CPUs (par_for): item i is row block
+ * i % nrb (RUN_TILE rows) of matrix i / nrb, written to its RUN_TILE-wide
+ * column block of the result, tile by tile so that reads and writes both
+ * stay in cache. */
+#define RUN_TILE 64
+struct transpose_job { const float *in; float *out; size_t rows, cols, nrb; };
+
+static void transpose_item(void *ctx, size_t i)
+{
+    const struct transpose_job *j = ctx;
+    size_t off = i / j->nrb * j->rows * j->cols, r0 = i % j->nrb * RUN_TILE;
+    size_t r1 = r0 + RUN_TILE < j->rows ? r0 + RUN_TILE : j->rows;
+    for (size_t c0 = 0; c0 < j->cols; c0 += RUN_TILE) {
+        size_t c1 = c0 + RUN_TILE < j->cols ? c0 + RUN_TILE : j->cols;
+        for (size_t r = r0; r < r1; r++)
+            for (size_t c = c0; c < c1; c++) j->out[off + c * j->rows + r] = j->in[off + r * j->cols + c];
+    }
+}
+
 /* Each of n consecutive rows x cols matrices transposed in place of its
  * block: out[b][c][r] = in[b][r][c]. */
 static float *run_transpose_blocks(struct run *r, const float *in, size_t n, size_t rows, size_t cols)
 {
-    float *t = run_host(r, n * rows * cols);
-    for (size_t b = 0, off = 0; b < n; b++, off += rows * cols)
-        for (size_t i = 0; i < rows; i++)
-            for (size_t j = 0; j < cols; j++) t[off + j * rows + i] = in[off + i * cols + j];
-    return t;
+    struct transpose_job j = { in, run_host(r, n * rows * cols), rows, cols, (rows + RUN_TILE - 1) / RUN_TILE };
+    par_for(n * j.nrb, transpose_item, &j);
+    return j.out;
 }
 
 /* out[c][r] = in[r][c] for an rows x cols matrix. */
@@ -299,16 +356,34 @@ static float *run_transpose(struct run *r, const float *in, size_t rows, size_t 
 }
 
 /* Per group g, the rows [offs[g], offs[g+1]) of in (width columns)
- * transposed, stored as a width x M_g block at offs[g] * width. */
+ * transposed, stored as a width x M_g block at offs[g] * width; a group a
+ * work item (par_for), tiled as transpose_item. */
+struct transpose_groups_job { const float *in; float *out; const uint32_t *offs; size_t width; };
+
+static void transpose_group_item(void *ctx, size_t g)
+{
+    const struct transpose_groups_job *j = ctx;
+    struct transpose_job t = { j->in + (size_t)j->offs[g] * j->width, j->out + (size_t)j->offs[g] * j->width,
+                               j->offs[g + 1] - j->offs[g], j->width, 0 };
+    t.nrb = (t.rows + RUN_TILE - 1) / RUN_TILE;
+    for (size_t i = 0; i < t.nrb; i++) transpose_item(&t, i);
+}
+
 static float *run_transpose_groups(struct run *r, const float *in, const uint32_t *offs, size_t g, size_t width)
 {
-    float *t = run_host(r, offs[g] * width);
-    for (size_t i = 0; i < g; i++) {
-        size_t m0 = offs[i], rows = offs[i + 1] - m0;
-        for (size_t a = 0; a < rows; a++)
-            for (size_t j = 0; j < width; j++) t[m0 * width + j * rows + a] = in[(m0 + a) * width + j];
-    }
-    return t;
+    struct transpose_groups_job j = { in, run_host(r, offs[g] * width), offs, width };
+    par_for(g, transpose_group_item, &j);
+    return j.out;
+}
+
+/* run_decode's work on all CPUs: row i of the matrix. */
+struct decode_job { enum dtype t; const void *raw; size_t cols; int64_t rs, cs; float *v; };
+
+static void decode_item(void *ctx, size_t i)
+{
+    const struct decode_job *j = ctx;
+    for (size_t c = 0; c < j->cols; c++)
+        j->v[i * j->cols + c] = dt_load(j->t, j->raw, (size_t)((int64_t)i * j->rs + (int64_t)c * j->cs));
 }
 
 /* A rows x cols matrix read through strides from raw storage of dtype t, as
@@ -316,11 +391,9 @@ static float *run_transpose_groups(struct run *r, const float *in, const uint32_
 static float *run_decode(enum dtype t, const void *raw, size_t rows, size_t cols, int64_t rs,
                          int64_t cs)
 {
-    float *v = xmalloc(rows * cols * sizeof(float));
-    for (size_t i = 0; i < rows; i++)
-        for (size_t j = 0; j < cols; j++)
-            v[i * cols + j] = dt_load(t, raw, (size_t)((int64_t)i * rs + (int64_t)j * cs));
-    return v;
+    struct decode_job j = { t, raw, cols, rs, cs, xmalloc(rows * cols * sizeof(float) + 1) };
+    par_for(rows, decode_item, &j);
+    return j.v;
 }
 
 /* A new output of the run: rows x cols of dtype t with strides (srow,
