@@ -26,18 +26,21 @@ struct jnode {
 
 /* The parser's state: the text (strings are decoded in place), the node
  * pool (grown as needed: nodes are named by index), and the manifest's
- * path for messages. */
+ * path for messages; soft: where a failure jumps (jp_parse_soft) instead
+ * of exiting. */
 struct jparse {
     char *p, *start;
     struct jnode *nodes;
     int n, cap, depth;
     const char *path;
+    jmp_buf *soft;
 };
 
 /* Exit 2: the manifest at j->path is not JSON of kgate's shape, at the
- * current byte. */
+ * current byte (with j->soft: back to jp_parse_soft instead). */
 static _Noreturn void jp_fail(const struct jparse *j, const char *what)
 {
+    if (j->soft) longjmp(*j->soft, 1);
     die(EXIT_USAGE, "diff: %s: not a kgate manifest (%s at byte %td)", shown(j->path), what, j->p - j->start);
 }
 
@@ -154,6 +157,28 @@ static int jp_value(struct jparse *j)
     jp_fail(j, "expected a value");
 }
 
+/* The root node of `text` (decoded in place) parsed as one JSON value with
+ * nothing but white space after it, into j (cleared first; the caller frees
+ * j->nodes); -1 if it is not that. */
+static int jp_parse_soft(struct jparse *j, char *text, const char *path)
+{
+    jmp_buf back;
+    *j = (struct jparse){ .p = text, .start = text, .path = path, .soft = &back };
+    if (setjmp(back)) return -1;
+    int root = jp_value(j);
+    jp_space(j);
+    return *j->p ? -1 : root;
+}
+
+/* Member `key` of node obj of j, or -1 (none, or obj is not an object). */
+static int jp_find(const struct jparse *j, int obj, const char *key)
+{
+    if (obj < 0 || j->nodes[obj].kind != 'o') return -1;
+    for (int m = j->nodes[obj].child; m >= 0; m = j->nodes[m].next)
+        if (strcmp(j->nodes[m].key, key) == 0) return m;
+    return -1;
+}
+
 /* --- a dump: its manifest and its .npy files --- */
 
 /* One dump directory: its manifest's text, the parsed nodes, the root. */
@@ -203,12 +228,9 @@ static void diff_close(struct dmp *d)
  * bool); exit 2 naming the manifest if it is missing or of another kind. */
 static const struct jnode *diff_get(const struct dmp *d, int obj, const char *key, char kind)
 {
-    for (int c = d->j.nodes[obj].child; c >= 0; c = d->j.nodes[c].next) {
-        const struct jnode *n = &d->j.nodes[c];
-        if (!n->key || strcmp(n->key, key) != 0) continue;
-        if (n->kind == kind || (kind == 'b' && (n->kind == 't' || n->kind == 'f'))) return n;
-        break;
-    }
+    int m = jp_find(&d->j, obj, key);
+    const struct jnode *n = m >= 0 ? &d->j.nodes[m] : NULL;
+    if (n && (n->kind == kind || (kind == 'b' && (n->kind == 't' || n->kind == 'f')))) return n;
     die(EXIT_USAGE, "diff: %s: not a kgate manifest (no %s \"%s\")", shown(d->path),
         kind == 's' ? "string" : kind == 'n' ? "number" : kind == 'o' ? "object" : kind == 'a' ? "array" : "bool", key);
 }

@@ -67,80 +67,69 @@ struct node_entry {
     const char *verdict;          /* pass, fail, fault, hung, error */
 };
 
-/* The value of string member "key" in JSON text p (its first occurrence)
- * into out (escapes dropped, cut to n); 0 if there is none. */
-static int node_str(const char *p, const char *key, char *out, size_t n)
+/* String member `key` of object node obj of j into out (cut to n; "" when
+ * there is none, or it is no string); 1 if there is one. */
+static int node_str(const struct jparse *j, int obj, const char *key, char *out, size_t n)
 {
-    char pat[40];
-    snprintf(pat, sizeof pat, "\"%s\":\"", key);
-    const char *s = strstr(p, pat);
-    size_t k = 0;
+    int m = jp_find(j, obj, key);
     *out = 0;
-    if (!s) return 0;
-    for (s += strlen(pat); *s && *s != '"'; s++) {
-        if (*s == '\\' && s[1]) s++;
-        if (k + 1 < n) out[k++] = *s;
-    }
-    out[k] = 0;
+    if (m < 0 || j->nodes[m].kind != 's') return 0;
+    snprintf(out, n, "%s", j->nodes[m].str);
     return 1;
 }
 
-/* The value of number member "key" in JSON text p, or NAN. */
-static double node_num(const char *p, const char *key)
+/* Number member `key` of object node obj of j, or NAN. */
+static double node_num(const struct jparse *j, int obj, const char *key)
 {
-    char pat[40];
-    snprintf(pat, sizeof pat, "\"%s\":", key);
-    const char *s = strstr(p, pat);
-    if (!s) return NAN;
-    char *end;
-    double v = strtod(s + strlen(pat), &end);
-    return end == s + strlen(pat) ? NAN : v;
+    int m = jp_find(j, obj, key);
+    return m >= 0 && j->nodes[m].kind == 'n' ? j->nodes[m].num : NAN;
 }
 
-/* The outputs of a case's JSON line into c: each {"name":...} object of
- * its "outputs" array, with its sha256 and its time (summed into c->us). */
-static void node_outputs(const char *line, struct node_case *c)
+/* The outputs of a case (object node root of j) into c: each object of its
+ * "outputs" array, with its sha256 and its time (summed into c->us). */
+static void node_outputs(const struct jparse *j, int root, struct node_case *c)
 {
-    const char *p = strstr(line, "\"outputs\":[");
-    while (p && c->nout < MAX_OUT && (p = strstr(p, "{\"name\":\""))) {
-        const char *next = strstr(p + 1, "{\"name\":\"");
-        size_t len = next ? (size_t)(next - p) : strlen(p);
-        char *obj = xmalloc(len + 1);
-        memcpy(obj, p, len), obj[len] = 0;
+    int outs = jp_find(j, root, "outputs");
+    if (outs < 0 || j->nodes[outs].kind != 'a') return;
+    for (int x = j->nodes[outs].child; x >= 0 && c->nout < MAX_OUT; x = j->nodes[x].next) {
+        if (j->nodes[x].kind != 'o') continue;
         struct node_out *o = &c->out[c->nout++];
         memset(o, 0, sizeof *o);
-        node_str(obj, "name", o->name, sizeof o->name);
-        node_str(obj, "verdict", o->verdict, sizeof o->verdict);
-        node_str(obj, "sha256", o->sha, sizeof o->sha);
-        o->us = node_num(obj, "median_us");
+        node_str(j, x, "name", o->name, sizeof o->name);
+        node_str(j, x, "verdict", o->verdict, sizeof o->verdict);
+        node_str(j, x, "sha256", o->sha, sizeof o->sha);
+        o->us = node_num(j, jp_find(j, x, "time"), "median_us");
         if (isfinite(o->us)) c->us += o->us;
-        free(obj);
-        p += len;
     }
 }
 
 /* Read entry e's JSON lines: one case per line (a case, a skip, or a case
- * whose worker died), and its model and identity from the first case that
- * names them. */
+ * whose worker died: an object with a "case" string), and its model and
+ * identity from the first case that names them.  A line that is not such an
+ * object (kgate writes none) is passed over. */
 static void node_read(struct node_entry *e)
 {
     char *line = NULL;
     size_t cap = 0;
+    struct jparse j = { 0 };
     rewind(e->out);
     while (getline(&line, &cap, e->out) > 0) {
-        if (line[0] != '{' || !strstr(line, "\"case\":\"")) continue;
+        free(j.nodes);
+        int root = jp_parse_soft(&j, line, "a kgate JSON line");
+        if (root < 0 || jp_find(&j, root, "case") < 0) continue;
         e->cases = realloc(e->cases, (size_t)(e->ncases + 1) * sizeof *e->cases);
         if (!e->cases) die(EXIT_DEVICE, "out of host memory");
         struct node_case *c = &e->cases[e->ncases++];
         memset(c, 0, sizeof *c);
-        node_str(line, "case", c->label, sizeof c->label);
-        node_str(line, "verdict", c->verdict, sizeof c->verdict);
-        node_outputs(line, c);
+        node_str(&j, root, "case", c->label, sizeof c->label);
+        node_str(&j, root, "verdict", c->verdict, sizeof c->verdict);
+        node_outputs(&j, root, c);
         e->passed += strcmp(c->verdict, "pass") == 0 || strcmp(c->verdict, "skip") == 0;
-        if (!*e->model) node_str(line, "device", e->model, sizeof e->model);
-        if (!*e->pci) node_str(line, "pci_bus_id", e->pci, sizeof e->pci);
-        if (!*e->uuid) node_str(line, "uuid", e->uuid, sizeof e->uuid);
+        if (!*e->model) node_str(&j, root, "device", e->model, sizeof e->model);
+        if (!*e->pci) node_str(&j, root, "pci_bus_id", e->pci, sizeof e->pci);
+        if (!*e->uuid) node_str(&j, root, "uuid", e->uuid, sizeof e->uuid);
     }
+    free(j.nodes);
     free(line);
 }
 
