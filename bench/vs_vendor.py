@@ -19,6 +19,10 @@ raises) gets a row saying so and does not fail the run.
 
     python3 bench/vs_vendor.py [--kgate ./kgate] [--rounds 3] [--only SUBSTR[$] ...] [--json FILE] [--timeout S]
 
+Each case's seconds and the SM clock of each round go to stderr: kgate's,
+from its timer, and the vendor's, from NVML just after its samples (where
+torch.cuda.clock_rate can read it); --json keeps them per round.
+
 Exit status: 0 when every case ran and passed its gates, 1 when a case failed
 a gate or kgate failed, 2 on bad usage.
 """
@@ -313,6 +317,16 @@ def vendor_us(fn, flush, samples):
     return statistics.median(times)
 
 
+def sm_clock_now():
+    """The SM clock (MHz) NVML reports for the GPU's last sample period, just
+    after a vendor round (torch.cuda.clock_rate, which needs pynvml), or
+    None where it cannot say."""
+    try:
+        return float(torch.cuda.clock_rate())
+    except Exception:   # no pynvml, or no NVML on this platform
+        return None
+
+
 RUNS = {}   # (kgate arguments, round) -> kgate's JSON of that run
 
 
@@ -346,6 +360,14 @@ def kgate_part_us(case, args, part):
     if not times:
         raise RuntimeError("%s: no time in kgate's JSON" % args)
     return sum(times)
+
+
+def kgate_clock(case, part):
+    """The median SM clock (MHz) kgate's timer saw for output `part` of its
+    JSON `case` (all timed outputs: their mean), or None."""
+    mhz = [o["time"].get("sm_clock_mhz") for o in case["outputs"] if o.get("time") and part in (None, o["name"])]
+    mhz = [m for m in mhz if m is not None]
+    return sum(mhz) / len(mhz) if mhz else None
 
 
 def selected(name, onlys):
@@ -396,12 +418,16 @@ def main():
             except (RuntimeError, ValueError, TypeError, torch.OutOfMemoryError) as e:
                 refused.append((label, str(e).splitlines()[0] if str(e) else type(e).__name__))
         vs = {label: [] for label, _ in fns}
-        ks = []
+        vclocks = {label: [] for label, _ in fns}
+        ks, clocks = [], []
         try:
             for rnd in range(a.rounds):
                 for label, fn in fns:
                     vs[label].append(vendor_us(fn, flush, a.samples))
-                ks.append(kgate_us(a.kgate, args, a.timeout, part, rnd)[0])
+                    vclocks[label].append(sm_clock_now())
+                us, case = kgate_us(a.kgate, args, a.timeout, part, rnd)
+                ks.append(us)
+                clocks.append(kgate_clock(case, part))
         except (RuntimeError, torch.OutOfMemoryError) as e:
             print("%-44s FAIL %s" % (name, e))
             rows.append({"case": name, "kgate_args": args, "error": str(e)})
@@ -419,12 +445,16 @@ def main():
             ratios = [v / k for v, k in zip(times, ks)]
             v, k = statistics.median(times), statistics.median(ks)
             row = {"case": name, "vendor": label, "kgate_args": args, "vendor_us": times, "kgate_us": ks,
-                   "ratios": ratios, "vendor_tflops": flops / v / 1e6, "kgate_tflops": flops / k / 1e6,
+                   "vendor_sm_clock_mhz": vclocks[label], "kgate_sm_clock_mhz": clocks, "ratios": ratios,
+                   "vendor_tflops": flops / v / 1e6, "kgate_tflops": flops / k / 1e6,
                    "ratio": statistics.median(ratios), "ratio_min": min(ratios), "ratio_max": max(ratios)}
             rows.append(row)
             print("%-44s %12.1f %12.1f %10.3f (%.3f-%.3f)" % (shown(label), row["vendor_tflops"], row["kgate_tflops"],
                                                                row["ratio"], row["ratio_min"], row["ratio_max"]))
-        print("  (%s: %.0f s)" % (name, time.monotonic() - t0), file=sys.stderr)
+        mhz = lambda cs: " ".join("%.0f" % c if c is not None else "-" for c in cs) or "-"
+        print("  (%s: %.0f s; SM clock per round, MHz: kgate %s; %s)" % (
+            name, time.monotonic() - t0, mhz(clocks),
+            "; ".join("%s %s" % (label, mhz(cs)) for label, cs in vclocks.items()) or "no vendor"), file=sys.stderr)
         sys.stdout.flush()
         save_json(a.json, rows)   # after every case: a run stopped part-way keeps its rows
     save_json(a.json, rows)
