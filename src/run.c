@@ -355,9 +355,8 @@ static float *run_transpose(struct run *r, const float *in, size_t rows, size_t 
     return run_transpose_blocks(r, in, 1, rows, cols);
 }
 
-/* Per group g, the rows [offs[g], offs[g+1]) of in (width columns)
- * transposed, stored as a width x M_g block at offs[g] * width; a group a
- * work item (par_for), tiled as transpose_item. */
+/* run_transpose_groups' work on all CPUs: group g a work item, tiled as
+ * transpose_item. */
 struct transpose_groups_job { const float *in; float *out; const uint32_t *offs; size_t width; };
 
 static void transpose_group_item(void *ctx, size_t g)
@@ -369,6 +368,8 @@ static void transpose_group_item(void *ctx, size_t g)
     for (size_t i = 0; i < t.nrb; i++) transpose_item(&t, i);
 }
 
+/* Per group g, the rows [offs[g], offs[g+1]) of in (width columns)
+ * transposed, stored as a width x M_g block at offs[g] * width. */
 static float *run_transpose_groups(struct run *r, const float *in, const uint32_t *offs, size_t g, size_t width)
 {
     struct transpose_groups_job j = { in, run_host(r, offs[g] * width), offs, width };
