@@ -372,6 +372,7 @@ static const char USAGE[] =
     "        or hung (5 outranks 1), and an entry's own 2, 3, 4 or 6 (the first) outranks both\n"
     "environment: KGATE_CACHE (code-object cache dir; else $XDG_CACHE_HOME/kgate, else\n"
     "      ~/.cache/kgate, else ./.kgate-cache when HOME is unset), KGATE_THREADS (1..256),\n"
+    "      KGATE_REF_PORTABLE (1: the references' portable build, not the AVX2+FMA one),\n"
     "      KGATE_NVRTC, KGATE_HIPRTC, KGATE_CUDA, KGATE_HIP (library paths),\n"
     "      KGATE_COMPILE_TIMEOUT (seconds, 1..86400, default 600)\n";
 
