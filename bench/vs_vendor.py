@@ -353,10 +353,16 @@ def kgate_us(kgate, args, timeout, part=None, rnd=0):
     return kgate_part_us(case, args, part), case
 
 
+def timed_outputs(case, part):
+    """The timed outputs of kgate's JSON `case`: output `part` alone, or all
+    of them when part is None."""
+    return [o for o in case["outputs"] if o.get("time") and part in (None, o["name"])]
+
+
 def kgate_part_us(case, args, part):
     """The time in microseconds of output `part` of kgate's JSON `case`, or
     of all its timed outputs when part is None."""
-    times = [o["time"]["median_us"] for o in case["outputs"] if o.get("time") and part in (None, o["name"])]
+    times = [o["time"]["median_us"] for o in timed_outputs(case, part)]
     if not times:
         raise RuntimeError("%s: no time in kgate's JSON" % args)
     return sum(times)
@@ -365,8 +371,7 @@ def kgate_part_us(case, args, part):
 def kgate_clock(case, part):
     """The median SM clock (MHz) kgate's timer saw for output `part` of its
     JSON `case` (all timed outputs: their mean), or None."""
-    mhz = [o["time"].get("sm_clock_mhz") for o in case["outputs"] if o.get("time") and part in (None, o["name"])]
-    mhz = [m for m in mhz if m is not None]
+    mhz = [o["time"]["sm_clock_mhz"] for o in timed_outputs(case, part) if o["time"].get("sm_clock_mhz") is not None]
     return sum(mhz) / len(mhz) if mhz else None
 
 
