@@ -216,6 +216,9 @@ static double rng_normal(uint64_t key, uint64_t i)
 /* run_input's work on all CPUs (par_for): values in chunks of RUN_CHUNK,
  * each chunk's largest magnitude, then the rounding of every chunk. */
 #define RUN_CHUNK 65536
+
+/* The end of chunk c of n elements (RUN_CHUNK each, the last short). */
+static size_t run_chunk_end(size_t c, size_t n) { return (c + 1) * RUN_CHUNK < n ? (c + 1) * RUN_CHUNK : n; }
 struct input_job {
     float *v;
     size_t n;
@@ -230,7 +233,7 @@ struct input_job {
 static void input_draw_item(void *ctx, size_t c)
 {
     struct input_job *j = ctx;
-    size_t i1 = (c + 1) * RUN_CHUNK < j->n ? (c + 1) * RUN_CHUNK : j->n;
+    size_t i1 = run_chunk_end(c, j->n);
     float mx = 0;
     for (size_t i = c * RUN_CHUNK; i < i1; i++) {
         float v = j->dist == IN_NORMAL ? (float)rng_normal(j->key, i) : rng_sym(j->key, i);
@@ -245,7 +248,7 @@ static void input_draw_item(void *ctx, size_t c)
 static void input_round_item(void *ctx, size_t c)
 {
     struct input_job *j = ctx;
-    size_t i1 = (c + 1) * RUN_CHUNK < j->n ? (c + 1) * RUN_CHUNK : j->n;
+    size_t i1 = run_chunk_end(c, j->n);
     for (size_t i = c * RUN_CHUNK; i < i1; i++) j->v[i] = dt_round(j->t, j->v[i] / j->mx);
 }
 
@@ -284,7 +287,7 @@ struct store_job { const float *v; size_t n; enum dtype t; void *raw; };
 static void store_item(void *ctx, size_t c)
 {
     const struct store_job *j = ctx;
-    size_t i1 = (c + 1) * RUN_CHUNK < j->n ? (c + 1) * RUN_CHUNK : j->n;
+    size_t i1 = run_chunk_end(c, j->n);
     for (size_t i = c * RUN_CHUNK; i < i1; i++) dt_store(j->t, j->raw, i, j->v[i]);
 }
 
