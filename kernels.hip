@@ -641,9 +641,10 @@ kg_gemm_f32(const float *X, const float *Y, float *C, int M, int N, int K, kg_i6
 //         end (N) and k >= K are zero.  Then
 //         fence.proxy.async, so that wgmma sees the stores.
 //   - Epilogue: each consumer stores its 64 rows straight from the
-//     accumulators.  fp16/bf16 inputs: the lanes of each quad trade column
+//     accumulators.  16-bit outputs: the lanes of each quad trade column
 //     pairs (kg_quad_transpose) so that a lane holds 8 contiguous outputs, one
-//     16-byte store (WG_STORE_V4); fp8: pairs, 4 bytes per store.
+//     16-byte store (WG_STORE_V4); fp32 outputs: pairs, 8 bytes per store.
+//     fp8 scales per column are first copied to shared memory, per warp.
 //   - mbarriers: full[s] completes when stage s is filled (TMA: one
 //     arrive.expect_tx and the copy's bytes, the other blocks' multicast
 //     included; loads: 128 arrivals), empty[s] when the 8 consumer warps of
@@ -679,7 +680,10 @@ kg_gemm_f32(const float *X, const float *Y, float *C, int M, int N, int K, kg_i6
 #define WG_CLUSTER 1                        // 1, or 2: clusters of two blocks share Y's tile (TMA multicast)
 #endif
 #ifndef WG_STORE_V4
-#define WG_STORE_V4 1                       // fp16/bf16 inputs: 1 = 16-byte stores (a quad transpose first), 0 = pairs
+#define WG_STORE_V4 1                       // 16-bit outputs: 1 = 16-byte stores (a quad transpose first), 0 = pairs
+#endif
+#ifndef WG_BLK_V4
+#define WG_BLK_V4 0                         // 1: blockwise fp8 through the 16-byte stores, consumers 224 registers (producers 56)
 #endif
 #ifndef WG_NO_PACK
 #define WG_NO_PACK 0                        // 1: odd strides through the loads producer, not packed for TMA
@@ -1349,39 +1353,63 @@ __device__ static inline unsigned long long kg_wg_desc_at(unsigned tile, int kk)
     return T ? kg_wg_desc_mn(tile + kk * 16 * 128, WG_MN_CHUNK) : kg_wg_desc(tile + kk * 32);
 }
 
+// The fp8 epilogue's scales (sa non-null): C(m, n) = d x (sa[m / gra] x
+// sb[g*sbg + n / grb]), the two scales multiplied first, as ref.c's lp does.
+// SC, the kind of B's scales, is chosen once per tile (kg_wg_epilogue): 0
+// none, 1 one per tensor (grb >= N: cs, read once), 2 one per column or per
+// grb columns, read from `cols`, the warp's copy of the tile's column
+// scales in shared memory (kg_wg_cols_fill).  Global loads of the column
+// scales among the stores could not pass them (the stores might alias
+// them), so each added its latency: rowwise e4m3 8192^3 took 1.34x the time.
+template <int SC>
+__device__ static __forceinline__ float kg_wg_col_scale(float cs, const float *cols, int j) {
+    return SC == 0 ? 1.0f : SC == 1 ? cs : cols[j];
+}
+// SC = 2: the WG_BN column scales of the tile at `at` (sbt[n / grb], 0 for n
+// >= N, whose outputs are never stored) into this warp's `cols`, all loaded
+// before any is stored.
+__device__ static __forceinline__ void kg_wg_cols_fill(float *cols, const kg_wg_at &at, int N, const float *sbt,
+                                                       int grb, int lane) {
+    float v[WG_BN / 32];
+#pragma unroll
+    for (int k = 0; k < WG_BN / 32; k++) {
+        const int n = at.n0 + lane + 32 * k;
+        v[k] = n < N ? sbt[grb == 1 ? n : n / grb] : 0.0f;
+    }
+    float *mine = cols + lane;   // one base, constant offsets
+    __syncwarp();                // every lane is done with the last tile's
+#pragma unroll
+    for (int k = 0; k < WG_BN / 32; k++) mine[32 * k] = v[k];
+    __syncwarp();
+}
+
 // Epilogues: one warp's 16 rows of a tile, from row r0 of the tile at `at`,
 // out of the accumulators d of m64nWG_BNk (register 4i + 2h + j of lane l
-// holds row r0 + l/4 + 8h, column 8i + 2(l%4) + j), times the scales when
-// sa is set (sa[m / gra] x sb[g*sbg + n / grb]); nothing outside the
+// holds row r0 + l/4 + 8h, column 8i + 2(l%4) + j), times the scales of
+// kind SC (kg_wg_col_scale; row scales sa[m / gra]); nothing outside the
 // group's rows or N is written.
 // Pairs: each lane stores its column pairs (4 bytes when contiguous and
 // aligned).
-template <class Out>
+template <class Out, int SC>
 __device__ static __forceinline__ void kg_wg_store_pairs(const float *d, const kg_wg_at &at, typename Out::S *C,
-                                                         int N, kg_i64 scm, kg_i64 scn, const float *sa,
-                                                         const float *sb, int gra, int grb, int sbg, int r0,
-                                                         int lane) {
-    const int m_lo = at.m0 + r0 + lane / 4, n_lo = at.n0 + 2 * (lane % 4);
-    // the group's B scales: one per tensor (grb >= N) read once, one per
-    // column (grb = 1) without the division n / grb
-    const float *sbt = sa ? sb + at.g * sbg : nullptr, cs = sa && grb >= N ? sbt[0] : 1.0f;
+                                                         int N, kg_i64 scm, kg_i64 scn, const float *sa, int gra,
+                                                         float cs, const float *cols, int r0, int lane) {
+    const int m_lo = at.m0 + r0 + lane / 4, j_lo = 2 * (lane % 4);
+    const float *mine = SC == 2 ? cols + j_lo : cols;   // one base, constant offsets
 #pragma unroll
     for (int h = 0; h < 2; h++) {
         const int m = m_lo + 8 * h;
         if (m >= at.m_end) continue;
-        const float rs = sa ? sa[m / gra] : 1.0f;
+        const float rs = SC ? sa[m / gra] : 1.0f;
         typename Out::S *row = C + (kg_i64)m * scm;
 #pragma unroll
         for (int i = 0; i < WG_BN / 8; i++) {
-            const int n = n_lo + 8 * i;
+            const int n = at.n0 + j_lo + 8 * i;
             if (n >= N) continue;
             float v0 = d[4 * i + 2 * h], v1 = d[4 * i + 2 * h + 1];
-            if (sa && grb >= N) {
-                v0 *= rs * cs;
-                v1 *= n + 1 < N ? rs * cs : 0.0f;
-            } else if (sa) {
-                v0 *= rs * sbt[grb == 1 ? n : n / grb];
-                v1 *= n + 1 < N ? rs * sbt[grb == 1 ? n + 1 : (n + 1) / grb] : 0.0f;
+            if (SC) {
+                v0 *= rs * kg_wg_col_scale<SC>(cs, mine, 8 * i);
+                v1 *= n + 1 < N ? rs * kg_wg_col_scale<SC>(cs, mine, 8 * i + 1) : 0.0f;
             }
             kg_wg_store(row + (kg_i64)n * scn, v0, v1, n + 1 < N, scn, Out());
         }
@@ -1391,30 +1419,30 @@ __device__ static __forceinline__ void kg_wg_store_pairs(const float *d, const k
 // pairs (kg_quad_transpose) so that lane q holds the 8 columns 8q .. 8q+7 of
 // the 32, stored as one 16-byte store when they lie inside N, the row is
 // contiguous (scn = 1) and aligned; one element at a time otherwise.
-template <class Out>
+template <class Out, int SC>
 __device__ static __forceinline__ void kg_wg_store_v4(const float *d, const kg_wg_at &at, typename Out::S *C,
-                                                      int N, kg_i64 scm, kg_i64 scn, const float *sa,
-                                                      const float *sb, int gra, int grb, int sbg, int r0,
-                                                      int lane) {
+                                                      int N, kg_i64 scm, kg_i64 scn, const float *sa, int gra,
+                                                      float cs, const float *cols, int r0, int lane) {
     const int q = lane % 4;
+    const float *mine = SC == 2 ? cols + 2 * q : cols;   // one base, constant offsets
 #pragma unroll
     for (int h = 0; h < 2; h++) {
         const int m = at.m0 + r0 + lane / 4 + 8 * h;
         const bool row_in = m < at.m_end;
-        const float rs = sa && row_in ? sa[m / gra] : 1.0f;
+        const float rs = SC && row_in ? sa[m / gra] : 1.0f;
         typename Out::S *row = C + (kg_i64)m * scm;
 #pragma unroll
         for (int k = 0; k < WG_BN / 32; k++) {
             unsigned p[4];
 #pragma unroll
-            for (int j = 0; j < 4; j++) {
-                const int i = 4 * k + j, n = at.n0 + 8 * i + 2 * q;
+            for (int e = 0; e < 4; e++) {
+                const int i = 4 * k + e;
                 float v0 = d[4 * i + 2 * h], v1 = d[4 * i + 2 * h + 1];
-                if (sa && row_in) {
-                    v0 *= n < N ? rs * sb[at.g * sbg + n / grb] : 0.0f;
-                    v1 *= n + 1 < N ? rs * sb[at.g * sbg + (n + 1) / grb] : 0.0f;
+                if (SC) {   // past N: cols holds 0; cs is not stored
+                    v0 *= rs * kg_wg_col_scale<SC>(cs, mine, 8 * i);
+                    v1 *= rs * kg_wg_col_scale<SC>(cs, mine, 8 * i + 1);
                 }
-                p[j] = kg_wg_pack(v0, v1, Out());
+                p[e] = kg_wg_pack(v0, v1, Out());
             }
             kg_quad_transpose(p, q);   // every lane, before any leaves
             const int n = at.n0 + 32 * k + 8 * q;
@@ -1432,18 +1460,38 @@ __device__ static __forceinline__ void kg_wg_store_v4(const float *d, const kg_w
     }
 }
 
-// The epilogue a build takes: the 16-byte stores (tag 1: WG_STORE_V4, fp16
-// and bf16 inputs) or the pairs (tag 0); an overload, so that an output the
-// 16-byte stores cannot pack (fp32) never instantiates them.
+// The epilogue a build takes: the 16-byte stores (tag 1: WG_STORE_V4, a
+// 16-bit output) or the pairs (tag 0: fp32 outputs, the blockwise and MX
+// entries, and WG_STORE_V4 = 0); an overload, so that an output the 16-byte
+// stores cannot pack (fp32) never instantiates them.  The blockwise and MX
+// entries keep the pairs because with the 16-byte stores ptxas spills one
+// register there (tests.sh's check); MX measured 0.4% slower with pairs.
 template <int V>
 struct kg_wg_tag {};
-template <class Out, class... A>
-__device__ static __forceinline__ void kg_wg_epilogue(kg_wg_tag<1>, A... a) {
-    kg_wg_store_v4<Out>(a...);
+template <class Out, int SC, class... A>
+__device__ static __forceinline__ void kg_wg_store_tile(kg_wg_tag<1>, A... a) {
+    kg_wg_store_v4<Out, SC>(a...);
 }
-template <class Out, class... A>
-__device__ static __forceinline__ void kg_wg_epilogue(kg_wg_tag<0>, A... a) {
-    kg_wg_store_pairs<Out>(a...);
+template <class Out, int SC, class... A>
+__device__ static __forceinline__ void kg_wg_store_tile(kg_wg_tag<0>, A... a) {
+    kg_wg_store_pairs<Out, SC>(a...);
+}
+// The kind of scales (kg_wg_col_scale), chosen once per tile; SCALED = 0
+// (no scales, or scaled in the sums already) instantiates SC = 0 alone.
+// cols: this warp's WG_BN floats of shared memory.
+template <class Out, int SCALED, class Tag>
+__device__ static __forceinline__ void kg_wg_epilogue(Tag t, const float *d, const kg_wg_at &at, typename Out::S *C,
+                                                      int N, kg_i64 scm, kg_i64 scn, const float *sa,
+                                                      const float *sb, int gra, int grb, int sbg, float *cols,
+                                                      int r0, int lane) {
+    if (!SCALED || !sa) {
+        kg_wg_store_tile<Out, 0>(t, d, at, C, N, scm, scn, sa, gra, 1.0f, cols, r0, lane);
+    } else if (grb >= N) {
+        kg_wg_store_tile<Out, SCALED>(t, d, at, C, N, scm, scn, sa, gra, sb[at.g * sbg], cols, r0, lane);
+    } else {
+        kg_wg_cols_fill(cols, at, N, sb + at.g * sbg, grb, lane);
+        kg_wg_store_tile<Out, 2 * SCALED>(t, d, at, C, N, scm, scn, sa, gra, 1.0f, cols, r0, lane);
+    }
 }
 
 // The body of every sm_90a GEMM entry (see the section comment).  In: input
@@ -1490,7 +1538,7 @@ __device__ static inline void kg_gemm_sm90(const kg_tmap *ta, const kg_tmap *tb,
     const unsigned rank = kg_wg_rank();
 
     if (wg == 0) {   // producer
-        asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(In::PRODUCER));
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(SK == 1 && WG_BLK_V4 ? 56 : In::PRODUCER));
         const bool mxw = SK == 2 && warp > 0;   // MX: warps 1-3 write the scales
         if (use_tma && tid != 0 && !mxw) return;
         int s = 0;
@@ -1544,9 +1592,15 @@ __device__ static inline void kg_gemm_sm90(const kg_tmap *ta, const kg_tmap *tb,
     }
 
     // consumers: warpgroup 1 owns tile rows [0, 64), warpgroup 2 rows [64, 128)
+    // WG_BLK_V4 (blockwise): 224 / 56, so that the 16-byte stores fit without a spill
     static_assert(128 * In::PRODUCER + 256 * In::CONSUMER <= 168 * WG_THREADS, "setmaxnreg split too large");
-    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(In::CONSUMER));
+    static_assert(128 * 56 + 256 * 224 <= 168 * WG_THREADS, "setmaxnreg split too large");
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(SK == 1 && WG_BLK_V4 ? 224 : In::CONSUMER));
     const int c = wg - 1, PW = In::PROMOTE ? WG_BN / 4 : 1;   // PW: a partial's registers
+    // SK = 0 (per tensor, per row): each consumer warp's copy of a tile's
+    // column scales (kg_wg_cols_fill), where the MX entries keep theirs
+    static_assert(8 * WG_BN * 4 <= WG_STAGES * WG_MX_BYTES, "the column scales fit the MX scales' space");
+    float *cols = (float *)(kg_dsmem + (mxs - kg_smem_addr(kg_dsmem))) + (c * 4 + warp) * WG_BN;
     // fp8: part, a half's partial
     float d[WG_BN / 2], part[PW];
     int s = 0;
@@ -1646,12 +1700,14 @@ __device__ static inline void kg_gemm_sm90(const kg_tmap *ta, const kg_tmap *tb,
         kg_wg_touch<WG_BN / 2>(d);
         if (WG_INFLIGHT && prev >= 0) kg_wg_release(bars + 8 * (WG_STAGES + prev), lane);
 
-        // fp8 keeps the pairs: the 16-byte stores made it 8% slower on the H200
-        // (kgate compare, e4m3 8192^3), while fp16/bf16 gained 4-8%.
+        // 16-bit outputs take the 16-byte stores: bf16 and fp16 gained 4-8% on the
+        // H200, fp8 per tensor and per row 7% once its column scales came from
+        // shared memory (README); SK (blockwise, MX): pairs (kg_wg_epilogue).
         typename Out::S *Cg = RK ? C + (kg_i64)at.g * scg : C;
-        const float *esa = SK ? nullptr : sa;   // SK: the scales are in the sums already
-        kg_wg_epilogue<Out>(kg_wg_tag<WG_STORE_V4 && !In::PROMOTE>(), d, at, Cg, N, scm, scn, esa, sb, gra, grb,
-                            sbg, c * 64 + warp * 16, lane);
+        // SK: the scales are in the sums already
+        constexpr bool v4 = WG_STORE_V4 && sizeof(typename Out::S) == 2 && (!SK || (SK == 1 && WG_BLK_V4));
+        kg_wg_epilogue<Out, In::PROMOTE && !SK>(kg_wg_tag<v4>(), d, at, Cg, N, scm, scn, sa, sb, gra, grb, sbg, cols,
+                                                c * 64 + warp * 16, lane);
     }
 }
 #if WG_CLUSTER > 1
