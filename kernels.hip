@@ -643,8 +643,9 @@ kg_gemm_f32(const float *X, const float *Y, float *C, int M, int N, int K, kg_i6
 //   - Epilogue: each consumer stores its 64 rows straight from the
 //     accumulators.  16-bit outputs: the lanes of each quad trade column
 //     pairs (kg_quad_transpose) so that a lane holds 8 contiguous outputs, one
-//     16-byte store (WG_STORE_V4); fp32 outputs: pairs, 8 bytes per store.
-//     fp8 scales per column are first copied to shared memory, per warp.
+//     16-byte store (WG_STORE_V4); fp32 outputs, and the blockwise and MX
+//     entries (unless WG_BLK_V4, blockwise): pairs.  fp8 scales per column
+//     are first copied to shared memory, per warp.
 //   - mbarriers: full[s] completes when stage s is filled (TMA: one
 //     arrive.expect_tx and the copy's bytes, the other blocks' multicast
 //     included; loads: 128 arrivals), empty[s] when the 8 consumer warps of
@@ -683,7 +684,7 @@ kg_gemm_f32(const float *X, const float *Y, float *C, int M, int N, int K, kg_i6
 #define WG_STORE_V4 1                       // 16-bit outputs: 1 = 16-byte stores (a quad transpose first), 0 = pairs
 #endif
 #ifndef WG_BLK_V4
-#define WG_BLK_V4 0                         // 1: blockwise fp8 through the 16-byte stores, consumers 224 registers (producers 56)
+#define WG_BLK_V4 0                         // 1: blockwise fp8 (bf16 out) through the 16-byte stores, consumers 224 registers
 #endif
 #ifndef WG_NO_PACK
 #define WG_NO_PACK 0                        // 1: odd strides through the loads producer, not packed for TMA
@@ -701,7 +702,8 @@ kg_gemm_f32(const float *X, const float *Y, float *C, int M, int N, int K, kg_i6
 #define WG_MX_BYTES (4 * (WG_BM + WG_BN) * 4)   // MX: a stage's scales as floats, X's [4][WG_BM], Y^T's [4][WG_BN]
 // Dynamic shared memory: the stages, 1 KiB to align them to the swizzle
 // pattern, the 2 x WG_STAGES mbarriers, and the MX entries' scales of
-// each stage (the other entries leave them unused).
+// each stage (where the fp8 entries scaled in the epilogue copy their tile's
+// column scales instead, kg_wg_cols_fill; the others leave it unused).
 #define WG_SMEM (WG_STAGES * (WG_STAGE_BYTES + WG_MX_BYTES) + 1024 + 16 * WG_STAGES)
 #if WG_BN != 128 && WG_BN != 192 && WG_BN != 256
 #error "WG_BN must be 128, 192 or 256"
@@ -1460,12 +1462,13 @@ __device__ static __forceinline__ void kg_wg_store_v4(const float *d, const kg_w
     }
 }
 
-// The epilogue a build takes: the 16-byte stores (tag 1: WG_STORE_V4, a
-// 16-bit output) or the pairs (tag 0: fp32 outputs, the blockwise and MX
-// entries, and WG_STORE_V4 = 0); an overload, so that an output the 16-byte
-// stores cannot pack (fp32) never instantiates them.  The blockwise and MX
-// entries keep the pairs because with the 16-byte stores ptxas spills one
-// register there (tests.sh's check); MX measured 0.4% slower with pairs.
+// The epilogue a build takes (chosen in kg_gemm_sm90): the 16-byte stores
+// (tag 1: WG_STORE_V4, a 16-bit output) or the pairs (tag 0: fp32 outputs,
+// the blockwise and MX entries unless WG_BLK_V4 (blockwise), and
+// WG_STORE_V4 = 0); an overload, so that an output the 16-byte stores
+// cannot pack (fp32) never instantiates them.  The blockwise and MX entries
+// keep the pairs because with the 16-byte stores ptxas spills one register
+// there (tests.sh's check); MX measured 0.4% slower with pairs.
 template <int V>
 struct kg_wg_tag {};
 template <class Out, int SC, class... A>
@@ -1518,10 +1521,15 @@ __device__ static inline void kg_gemm_sm90(const kg_tmap *ta, const kg_tmap *tb,
                                            int grb, int sbg) {
     static_assert(!RK || (TX && TY), "a ragged inner dimension is read MN-major");
     static_assert(!SK || In::PROMOTE, "per-stage scales are applied as the fp8 partials are added");
+    // setmaxnreg: WG_BLK_V4 gives the blockwise 16-bit-output entries 224 / 56,
+    // so that the 16-byte stores fit without a spill
+    constexpr bool blk_v4 = SK == 1 && WG_BLK_V4 && sizeof(typename Out::S) == 2;
+    constexpr int PREGS = blk_v4 ? 56 : In::PRODUCER, CREGS = blk_v4 ? 224 : In::CONSUMER;
+    static_assert(128 * PREGS + 256 * CREGS <= 168 * WG_THREADS, "setmaxnreg split too large");
     extern __shared__ unsigned char kg_dsmem[];
     const unsigned base = (kg_smem_addr(kg_dsmem) + 1023u) & ~1023u;
     const unsigned bars = base + WG_STAGES * WG_STAGE_BYTES;   // full[s], then empty[s]
-    const unsigned mxs = bars + 16 * WG_STAGES;                 // SK = 2: stage s's scales at s x WG_MX_BYTES
+    const unsigned mxs = bars + 16 * WG_STAGES;                 // SK = 2: stage s's scales at s x WG_MX_BYTES; SK = 0: cols
     const int tid = (int)kg_tid(), wg = tid / 128, warp = tid / 32 % 4, lane = tid % 32;
     const int BK = WG_ROW / In::EB, nkb = (K + WG_MX - 1) / WG_MX;   // nkb: SK = 2's scales per row
     static_assert(SK != 2 || (!RK && WG_ROW / WG_MX == 4), "MX: four blocks of 32 per stage of 128 fp8");
@@ -1538,7 +1546,7 @@ __device__ static inline void kg_gemm_sm90(const kg_tmap *ta, const kg_tmap *tb,
     const unsigned rank = kg_wg_rank();
 
     if (wg == 0) {   // producer
-        asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(SK == 1 && WG_BLK_V4 ? 56 : In::PRODUCER));
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(PREGS));
         const bool mxw = SK == 2 && warp > 0;   // MX: warps 1-3 write the scales
         if (use_tma && tid != 0 && !mxw) return;
         int s = 0;
@@ -1592,10 +1600,7 @@ __device__ static inline void kg_gemm_sm90(const kg_tmap *ta, const kg_tmap *tb,
     }
 
     // consumers: warpgroup 1 owns tile rows [0, 64), warpgroup 2 rows [64, 128)
-    // WG_BLK_V4 (blockwise): 224 / 56, so that the 16-byte stores fit without a spill
-    static_assert(128 * In::PRODUCER + 256 * In::CONSUMER <= 168 * WG_THREADS, "setmaxnreg split too large");
-    static_assert(128 * 56 + 256 * 224 <= 168 * WG_THREADS, "setmaxnreg split too large");
-    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(SK == 1 && WG_BLK_V4 ? 224 : In::CONSUMER));
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(CREGS));
     const int c = wg - 1, PW = In::PROMOTE ? WG_BN / 4 : 1;   // PW: a partial's registers
     // SK = 0 (per tensor, per row): each consumer warp's copy of a tile's
     // column scales (kg_wg_cols_fill), where the MX entries keep theirs
@@ -1702,10 +1707,10 @@ __device__ static inline void kg_gemm_sm90(const kg_tmap *ta, const kg_tmap *tb,
 
         // 16-bit outputs take the 16-byte stores: bf16 and fp16 gained 4-8% on the
         // H200, fp8 per tensor and per row 7% once its column scales came from
-        // shared memory (README); SK (blockwise, MX): pairs (kg_wg_epilogue).
+        // shared memory (README); SK (blockwise, MX): pairs unless blk_v4.
         typename Out::S *Cg = RK ? C + (kg_i64)at.g * scg : C;
         // SK: the scales are in the sums already
-        constexpr bool v4 = WG_STORE_V4 && sizeof(typename Out::S) == 2 && (!SK || (SK == 1 && WG_BLK_V4));
+        constexpr bool v4 = WG_STORE_V4 && sizeof(typename Out::S) == 2 && (!SK || blk_v4);
         kg_wg_epilogue<Out, In::PROMOTE && !SK>(kg_wg_tag<v4>(), d, at, Cg, N, scm, scn, sa, sb, gra, grb, sbg, cols,
                                                 c * 64 + warp * 16, lane);
     }
