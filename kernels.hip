@@ -643,8 +643,8 @@ kg_gemm_f32(const float *X, const float *Y, float *C, int M, int N, int K, kg_i6
 //   - Epilogue: each consumer stores its 64 rows straight from the
 //     accumulators.  16-bit outputs: the lanes of each quad trade column
 //     pairs (kg_quad_transpose) so that a lane holds 8 contiguous outputs, one
-//     16-byte store (WG_STORE_V4); fp32 outputs, and the blockwise and MX
-//     entries (unless WG_BLK_V4, blockwise): pairs.  fp8 scales per column
+//     16-byte store (WG_STORE_V4); fp32 outputs, the MX entries, and the
+//     blockwise ones under WG_BLK_V4 = 0: pairs.  fp8 scales per column
 //     are first copied to shared memory, per warp.
 //   - mbarriers: full[s] completes when stage s is filled (TMA: one
 //     arrive.expect_tx and the copy's bytes, the other blocks' multicast
@@ -684,7 +684,7 @@ kg_gemm_f32(const float *X, const float *Y, float *C, int M, int N, int K, kg_i6
 #define WG_STORE_V4 1                       // 16-bit outputs: 1 = 16-byte stores (a quad transpose first), 0 = pairs
 #endif
 #ifndef WG_BLK_V4
-#define WG_BLK_V4 0                         // 1: blockwise fp8 (bf16 out) through the 16-byte stores, consumers 224 registers
+#define WG_BLK_V4 1                         // blockwise fp8 (bf16 out) through the 16-byte stores, consumers 224 registers; 0: pairs
 #endif
 #ifndef WG_NO_PACK
 #define WG_NO_PACK 0                        // 1: odd strides through the loads producer, not packed for TMA
@@ -833,7 +833,12 @@ __device__ static inline int kg_wg_clusters() {
 }
 // wgmma shared-memory descriptor of a K-major operand in 128-byte swizzle:
 // start address >> 4, leading offset 1 (unused when swizzled), stride 1024 B
-// between 8-row groups, swizzle mode 1 (128 B).
+// between 8-row groups, swizzle mode 1 (128 B).  A shared address lies below
+// 256 KiB, so the start field (bits 0-13) of a tile's descriptor plus
+// offset / 16 is the descriptor at offset bytes on, without a carry: the
+// callers add their k steps to the descriptor, not to the address (a few
+// integer instructions per wgmma fewer between the barrier wait and the
+// issue: fp8 1-2% faster at 8192^3, bf16 at parity; README, the ledger).
 __device__ static inline unsigned long long kg_wg_desc(unsigned saddr) {
     return (unsigned long long)((saddr & 0x3ffffu) >> 4) | (1ull << 16) | (64ull << 32) | (1ull << 62);
 }
@@ -1254,7 +1259,7 @@ __device__ static inline void kg_wg_scales_load(float v[4], const kg_wg_scale_ro
 // sx, B the stage's Y^T at sy; neither fenced nor committed.
 template <class In>
 __device__ static __forceinline__ void kg_wg_mma_k32(float *p, unsigned sx, unsigned sy, int h, int kk, int acc) {
-    In::template mma<0, 0>(p, kg_wg_desc(sx + kk * 32), kg_wg_desc(sy + h * (WG_BN / 2) * 128 + kk * 32), acc);
+    In::template mma<0, 0>(p, kg_wg_desc(sx) + 2 * kk, kg_wg_desc(sy) + (h * (WG_BN / 2) * 128 + kk * 32) / 16, acc);
 }
 // fp8 promotion: a half's completed partial p added into its WG_BN/4
 // accumulators d, times t[row half] (register i holds row half (i >> 1) & 1)
@@ -1352,7 +1357,7 @@ __device__ static __forceinline__ void kg_wg_promote_mx(float *d, const float *p
 // rows WG_MN_CHUNK on.
 template <int T>
 __device__ static inline unsigned long long kg_wg_desc_at(unsigned tile, int kk) {
-    return T ? kg_wg_desc_mn(tile + kk * 16 * 128, WG_MN_CHUNK) : kg_wg_desc(tile + kk * 32);
+    return T ? kg_wg_desc_mn(tile, WG_MN_CHUNK) + kk * 16 * 128 / 16 : kg_wg_desc(tile) + kk * 32 / 16;
 }
 
 // The fp8 epilogue's scales (sa non-null): C(m, n) = d x (sa[m / gra] x
@@ -1363,9 +1368,15 @@ __device__ static inline unsigned long long kg_wg_desc_at(unsigned tile, int kk)
 // scales in shared memory (kg_wg_cols_fill).  Global loads of the column
 // scales among the stores could not pass them (the stores might alias
 // them), so each added its latency: rowwise e4m3 8192^3 took 1.34x the time.
+// The pair of columns j, j + 1 of a row times the row's scale rs and the
+// columns' (SC = 1: cs; SC = 2: cols[j], cols[j + 1]; SC = 0: unscaled).
+// Past N, cols holds 0 and nothing is stored.
 template <int SC>
-__device__ static __forceinline__ float kg_wg_col_scale(float cs, const float *cols, int j) {
-    return SC == 0 ? 1.0f : SC == 1 ? cs : cols[j];
+__device__ static __forceinline__ void kg_wg_scale_pair(float &v0, float &v1, float rs, float cs, const float *cols,
+                                                        int j) {
+    if (!SC) return;
+    v0 *= rs * (SC == 1 ? cs : cols[j]);
+    v1 *= rs * (SC == 1 ? cs : cols[j + 1]);
 }
 // SC = 2: the WG_BN column scales of the tile at `at` (sbt[n / grb], 0 for n
 // >= N, whose outputs are never stored) into this warp's `cols`, all loaded
@@ -1388,7 +1399,7 @@ __device__ static __forceinline__ void kg_wg_cols_fill(float *cols, const kg_wg_
 // Epilogues: one warp's 16 rows of a tile, from row r0 of the tile at `at`,
 // out of the accumulators d of m64nWG_BNk (register 4i + 2h + j of lane l
 // holds row r0 + l/4 + 8h, column 8i + 2(l%4) + j), times the scales of
-// kind SC (kg_wg_col_scale; row scales sa[m / gra]); nothing outside the
+// kind SC (kg_wg_scale_pair; row scales sa[m / gra]); nothing outside the
 // group's rows or N is written.
 // Pairs: each lane stores its column pairs (4 bytes when contiguous and
 // aligned).
@@ -1409,10 +1420,7 @@ __device__ static __forceinline__ void kg_wg_store_pairs(const float *d, const k
             const int n = at.n0 + j_lo + 8 * i;
             if (n >= N) continue;
             float v0 = d[4 * i + 2 * h], v1 = d[4 * i + 2 * h + 1];
-            if (SC) {
-                v0 *= rs * kg_wg_col_scale<SC>(cs, mine, 8 * i);
-                v1 *= n + 1 < N ? rs * kg_wg_col_scale<SC>(cs, mine, 8 * i + 1) : 0.0f;
-            }
+            kg_wg_scale_pair<SC>(v0, v1, rs, cs, mine, 8 * i);
             kg_wg_store(row + (kg_i64)n * scn, v0, v1, n + 1 < N, scn, Out());
         }
     }
@@ -1440,10 +1448,7 @@ __device__ static __forceinline__ void kg_wg_store_v4(const float *d, const kg_w
             for (int e = 0; e < 4; e++) {
                 const int i = 4 * k + e;
                 float v0 = d[4 * i + 2 * h], v1 = d[4 * i + 2 * h + 1];
-                if (SC) {   // past N: cols holds 0; cs is not stored
-                    v0 *= rs * kg_wg_col_scale<SC>(cs, mine, 8 * i);
-                    v1 *= rs * kg_wg_col_scale<SC>(cs, mine, 8 * i + 1);
-                }
+                kg_wg_scale_pair<SC>(v0, v1, rs, cs, mine, 8 * i);
                 p[e] = kg_wg_pack(v0, v1, Out());
             }
             kg_quad_transpose(p, q);   // every lane, before any leaves
@@ -1464,11 +1469,12 @@ __device__ static __forceinline__ void kg_wg_store_v4(const float *d, const kg_w
 
 // The epilogue a build takes (chosen in kg_gemm_sm90): the 16-byte stores
 // (tag 1: WG_STORE_V4, a 16-bit output) or the pairs (tag 0: fp32 outputs,
-// the blockwise and MX entries unless WG_BLK_V4 (blockwise), and
-// WG_STORE_V4 = 0); an overload, so that an output the 16-byte stores
-// cannot pack (fp32) never instantiates them.  The blockwise and MX entries
-// keep the pairs because with the 16-byte stores ptxas spills one register
-// there (tests.sh's check); MX measured 0.4% slower with pairs.
+// the MX entries, the blockwise ones under WG_BLK_V4 = 0, and WG_STORE_V4 =
+// 0); an overload, so that an output the 16-byte stores cannot pack (fp32)
+// never instantiates them.  With the 16-byte stores ptxas spills one
+// register in the MX and blockwise entries at the 216 / 72 split (tests.sh's
+// check); blockwise takes 224 / 56 for them (WG_BLK_V4, 7.7% faster at
+// 8192^3), MX keeps the pairs (its producers spill at 56; 0.4% slower).
 template <int V>
 struct kg_wg_tag {};
 template <class Out, int SC, class... A>
@@ -1479,7 +1485,7 @@ template <class Out, int SC, class... A>
 __device__ static __forceinline__ void kg_wg_store_tile(kg_wg_tag<0>, A... a) {
     kg_wg_store_pairs<Out, SC>(a...);
 }
-// The kind of scales (kg_wg_col_scale), chosen once per tile; SCALED = 0
+// The kind of scales (kg_wg_scale_pair), chosen once per tile; SCALED = 0
 // (no scales, or scaled in the sums already) instantiates SC = 0 alone.
 // cols: this warp's WG_BN floats of shared memory.
 template <class Out, int SCALED, class Tag>
