@@ -20,8 +20,11 @@ raises) gets a row saying so and does not fail the run.
     python3 bench/vs_vendor.py [--kgate ./kgate] [--rounds 3] [--only SUBSTR[$] ...] [--json FILE] [--timeout S]
 
 Each case's seconds and the SM clock of each round go to stderr: kgate's,
-from its timer, and the vendor's, from NVML just after its samples (where
-torch.cuda.clock_rate can read it); --json keeps them per round.
+from its timer's clock probe after each sample, and the vendor's, from the
+same kind of probe after each of its samples (a spin of known SM cycles
+between two events, NVIDIA), else from NVML after its samples (where
+torch.cuda.clock_rate can read it: the idle GPU's clock, not the same
+measure); --json keeps them per round.
 
 Exit status: 0 when every case ran and passed its gates, 1 when a case failed
 a gate or kgate failed, 2 on bad usage.
@@ -300,27 +303,61 @@ CASES = [(n, a, f, [("vendor", b)], None) for n, a, f, b in CASES] + [
 ]
 
 
+CLOCK_CYCLES = 20000   # the clock probe's shorter spin: about 10 us at 2 GHz
+
+
+def clock_probe():
+    """Queue the clock probe after a sample, as kgate's timer does after its
+    own: two spins, of CLOCK_CYCLES and 3 x CLOCK_CYCLES SM cycles
+    (torch.cuda._sleep counts clock64, SM cycles on NVIDIA), each between
+    two events, so that the launch inside each window cancels in the
+    difference.  The four events, or None where there is no such probe
+    (ROCm, whose clock64 is not the shader clock; or no _sleep)."""
+    if torch.version.hip is not None or not hasattr(torch.cuda, "_sleep"):
+        return None
+    ev = [torch.cuda.Event(enable_timing=True) for _ in range(4)]
+    for i, cycles in enumerate((CLOCK_CYCLES, 3 * CLOCK_CYCLES)):
+        ev[2 * i].record()
+        torch.cuda._sleep(cycles)
+        ev[2 * i + 1].record()
+    return ev
+
+
+def probe_mhz(ev):
+    """The SM clock (MHz) of a finished clock probe: 2 x CLOCK_CYCLES over
+    the difference of its two windows."""
+    us = (ev[2].elapsed_time(ev[3]) - ev[0].elapsed_time(ev[1])) * 1e3
+    return 2 * CLOCK_CYCLES / us if us > 0 else None
+
+
 def vendor_us(fn, flush, samples):
-    """Median time of fn in microseconds: each sample flushes L2 (a write of
-    the flush buffer) outside the timed window."""
+    """Median time of fn in microseconds, and the median SM clock (MHz) that
+    the clock probe read right after each sample (None without a probe):
+    each sample flushes L2 (a write of the flush buffer) outside the timed
+    window."""
     for _ in range(5):
         fn()
-    times = []
+    times, mhz = [], []
     for _ in range(samples):
         flush.zero_()
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
         fn()
         end.record()
-        end.synchronize()
+        probe = clock_probe()
+        (probe[3] if probe else end).synchronize()
         times.append(start.elapsed_time(end) * 1e3)
-    return statistics.median(times)
+        clock = probe_mhz(probe) if probe else None
+        if clock is not None:
+            mhz.append(clock)
+    return statistics.median(times), statistics.median(mhz) if mhz else None
 
 
 def sm_clock_now():
-    """The SM clock (MHz) NVML reports for the GPU's last sample period, just
-    after a vendor round (torch.cuda.clock_rate, which needs pynvml), or
-    None where it cannot say."""
+    """The SM clock (MHz) NVML reports for the GPU's last sample period
+    (torch.cuda.clock_rate, which needs pynvml), or None where it cannot
+    say: read after a vendor round where there is no clock probe, it finds
+    the GPU idle, so it is not the clock the samples ran at."""
     try:
         return float(torch.cuda.clock_rate())
     except Exception:   # no pynvml, or no NVML on this platform
@@ -428,8 +465,9 @@ def main():
         try:
             for rnd in range(a.rounds):
                 for label, fn in fns:
-                    vs[label].append(vendor_us(fn, flush, a.samples))
-                    vclocks[label].append(sm_clock_now())
+                    us, mhz = vendor_us(fn, flush, a.samples)
+                    vs[label].append(us)
+                    vclocks[label].append(mhz if mhz is not None else sm_clock_now())
                 us, case = kgate_us(a.kgate, args, a.timeout, part, rnd)
                 ks.append(us)
                 clocks.append(kgate_clock(case, part))
