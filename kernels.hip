@@ -842,6 +842,11 @@ __device__ static inline int kg_wg_clusters() {
 __device__ static inline unsigned long long kg_wg_desc(unsigned saddr) {
     return (unsigned long long)((saddr & 0x3ffffu) >> 4) | (1ull << 16) | (64ull << 32) | (1ull << 62);
 }
+// The K-major descriptor of the operand `bytes` on from the tile at saddr
+// (bytes a multiple of 16): kg_wg_desc(saddr) advanced, as above.
+__device__ static inline unsigned long long kg_wg_desc_on(unsigned saddr, int bytes) {
+    return kg_wg_desc(saddr) + bytes / 16;
+}
 // wgmma shared-memory descriptor of an MN-major operand in 128-byte swizzle
 // (rows of 128 bytes along N, 8-row groups 1024 bytes apart along K): the
 // next 64 elements of N lie `lbo` bytes on.
@@ -1259,7 +1264,7 @@ __device__ static inline void kg_wg_scales_load(float v[4], const kg_wg_scale_ro
 // sx, B the stage's Y^T at sy; neither fenced nor committed.
 template <class In>
 __device__ static __forceinline__ void kg_wg_mma_k32(float *p, unsigned sx, unsigned sy, int h, int kk, int acc) {
-    In::template mma<0, 0>(p, kg_wg_desc(sx) + 2 * kk, kg_wg_desc(sy) + (h * (WG_BN / 2) * 128 + kk * 32) / 16, acc);
+    In::template mma<0, 0>(p, kg_wg_desc_on(sx, kk * 32), kg_wg_desc_on(sy, h * (WG_BN / 2) * 128 + kk * 32), acc);
 }
 // fp8 promotion: a half's completed partial p added into its WG_BN/4
 // accumulators d, times t[row half] (register i holds row half (i >> 1) & 1)
@@ -1357,7 +1362,7 @@ __device__ static __forceinline__ void kg_wg_promote_mx(float *d, const float *p
 // rows WG_MN_CHUNK on.
 template <int T>
 __device__ static inline unsigned long long kg_wg_desc_at(unsigned tile, int kk) {
-    return T ? kg_wg_desc_mn(tile, WG_MN_CHUNK) + kk * 16 * 128 / 16 : kg_wg_desc(tile) + kk * 32 / 16;
+    return T ? kg_wg_desc_mn(tile, WG_MN_CHUNK) + kk * 16 * 128 / 16 : kg_wg_desc_on(tile, kk * 32);
 }
 
 // The fp8 epilogue's scales (sa non-null): C(m, n) = d x (sa[m / gra] x
