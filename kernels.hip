@@ -2991,29 +2991,45 @@ __device__ static __forceinline__ void kg_fa_softmax(float *s, float *m, float *
     }
 }
 
+// The wgmma descriptor of the operand `off` bytes from shared address base,
+// K-major (kg_fa_desc) or MN-major (kg_fa_desc_mn, lbo as kg_wg_desc_mn):
+// ST = 1, the base's descriptor plus off / 16 (as the GEMM's,
+// kg_wg_desc_on); ST = 0, computed from base + off.  The forward takes ST =
+// 1 at head dim 128 alone: there it was 2.7% faster, at 64 1.5% slower, and
+// the backward's launch no faster at 128 (README, the ledger).
+template <int ST>
+__device__ static __forceinline__ unsigned long long kg_fa_desc(unsigned base, int off) {
+    return ST ? kg_wg_desc_on(base, off) : kg_wg_desc(base + off);
+}
+template <int ST>
+__device__ static __forceinline__ unsigned long long kg_fa_desc_mn(unsigned base, unsigned lbo, int off) {
+    return ST ? kg_wg_desc_mn(base, lbo) + off / 16 : kg_wg_desc_mn(base + off, lbo);
+}
+
 // C (+)= A·B^T of 64 x N, issued and committed (not waited for): A's 64
 // rows at shared address a, B's N rows at b, both K-major in CH chunks of
-// 64 elements of 128-byte rows (chunk c of A at a + c·as, of B at b + c·bs).
-// The first k16 step overwrites C.
-template <int CH, int N, int BF>
+// 64 elements of 128-byte rows (chunk c of A at a + c·as, of B at b + c·bs);
+// descriptors as kg_fa_desc<ST>.  The first k16 step overwrites C.
+template <int CH, int N, int BF, int ST = 0>
 __device__ static __forceinline__ void kg_fa_ss_issue(float *acc, unsigned a, unsigned as, unsigned b, unsigned bs) {
     kg_wg_fence();
 #pragma unroll
     for (int cd = 0; cd < CH; cd++)
 #pragma unroll
         for (int kk = 0; kk < 4; kk++)
-            kg_fa_qk<BF, N>(acc, kg_wg_desc(a + cd * as + kk * 32), kg_wg_desc(b + cd * bs + kk * 32), cd | kk);
+            kg_fa_qk<BF, N>(acc, kg_fa_desc<ST>(a, cd * as + kk * 32), kg_fa_desc<ST>(b, cd * bs + kk * 32), cd | kk);
     kg_wg_commit();
 }
 
 // C += A·B of 64 x D, issued and committed: A (64 x 16·K16) from registers
 // (a[k]: step k's fragments), B (16·K16 rows of D) at shared address b,
-// MN-major: 128-byte rows of 64 elements, the next 64 columns lbo bytes on.
-template <int K16, int D, int BF>
+// MN-major: 128-byte rows of 64 elements, the next 64 columns lbo bytes on;
+// descriptors as kg_fa_desc_mn<ST>.
+template <int K16, int D, int BF, int ST = 0>
 __device__ static __forceinline__ void kg_fa_rs_issue(float *acc, unsigned (*a)[4], unsigned b, unsigned lbo) {
     kg_wg_fence();
 #pragma unroll
-    for (int k = 0; k < K16; k++) kg_fa_pv<BF, D>(acc, a[k], kg_wg_desc_mn(b + k * 16 * 128, lbo));
+    for (int k = 0; k < K16; k++) kg_fa_pv<BF, D>(acc, a[k], kg_fa_desc_mn<ST>(b, lbo, k * 16 * 128));
     kg_wg_commit();
 }
 
@@ -3022,14 +3038,14 @@ __device__ static __forceinline__ void kg_fa_rs_issue(float *acc, unsigned (*a)[
 // K, both K-major in D / 64 chunks of 128-byte rows.
 template <int D, int BF>
 __device__ static __forceinline__ void kg_fa_qk_issue(float *sc, unsigned q, unsigned k) {
-    kg_fa_ss_issue<D / 64, FA_BN(D), BF>(sc, q, FA_BM * 128, k, FA_BN(D) * 128);
+    kg_fa_ss_issue<D / 64, FA_BN(D), BF, D == 128>(sc, q, FA_BM * 128, k, FA_BN(D) * 128);
 }
 
 // O += P·V of one key block, issued and committed: P from registers, V at
 // shared address v, MN-major (D / 64 chunks of the block's rows).
 template <int D, int BF>
 __device__ static __forceinline__ void kg_fa_pv_issue(float *o, unsigned (*p)[4], unsigned v) {
-    kg_fa_rs_issue<FA_BN(D) / 16, D, BF>(o, p, v, FA_BN(D) * 128);
+    kg_fa_rs_issue<FA_BN(D) / 16, D, BF, D == 128>(o, p, v, FA_BN(D) * 128);
 }
 
 // The mask of the key block from key j0: -inf where a key is past the
