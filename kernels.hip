@@ -854,6 +854,12 @@ __device__ static inline unsigned long long kg_wg_desc_mn(unsigned saddr, unsign
     return (unsigned long long)((saddr & 0x3ffffu) >> 4) | ((unsigned long long)(lbo >> 4) << 16) |
            (64ull << 32) | (1ull << 62);
 }
+// The MN-major descriptor of the operand `bytes` on from the tile at saddr
+// (bytes a multiple of 16): kg_wg_desc_mn(saddr, lbo) advanced, as
+// kg_wg_desc_on.
+__device__ static inline unsigned long long kg_wg_desc_mn_on(unsigned saddr, unsigned lbo, int bytes) {
+    return kg_wg_desc_mn(saddr, lbo) + bytes / 16;
+}
 
 __device__ static inline void kg_wg_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
 __device__ static inline void kg_wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
@@ -1362,7 +1368,7 @@ __device__ static __forceinline__ void kg_wg_promote_mx(float *d, const float *p
 // rows WG_MN_CHUNK on.
 template <int T>
 __device__ static inline unsigned long long kg_wg_desc_at(unsigned tile, int kk) {
-    return T ? kg_wg_desc_mn(tile, WG_MN_CHUNK) + kk * 16 * 128 / 16 : kg_wg_desc_on(tile, kk * 32);
+    return T ? kg_wg_desc_mn_on(tile, WG_MN_CHUNK, kk * 16 * 128) : kg_wg_desc_on(tile, kk * 32);
 }
 
 // The fp8 epilogue's scales (sa non-null): C(m, n) = d x (sa[m / gra] x
@@ -2994,7 +3000,7 @@ __device__ static __forceinline__ void kg_fa_softmax(float *s, float *m, float *
 // The wgmma descriptor of the operand `off` bytes from shared address base,
 // K-major (kg_fa_desc) or MN-major (kg_fa_desc_mn, lbo as kg_wg_desc_mn):
 // ST = 1, the base's descriptor plus off / 16 (as the GEMM's,
-// kg_wg_desc_on); ST = 0, computed from base + off.  The forward takes ST =
+// kg_wg_desc_on, kg_wg_desc_mn_on); ST = 0, computed from base + off.  The forward takes ST =
 // 1 at head dim 128 alone: there it was 2.7% faster, at 64 1.5% slower, and
 // the backward's launch no faster at 128 (README, the ledger).
 template <int ST>
@@ -3003,7 +3009,7 @@ __device__ static __forceinline__ unsigned long long kg_fa_desc(unsigned base, i
 }
 template <int ST>
 __device__ static __forceinline__ unsigned long long kg_fa_desc_mn(unsigned base, unsigned lbo, int off) {
-    return ST ? kg_wg_desc_mn(base, lbo) + off / 16 : kg_wg_desc_mn(base + off, lbo);
+    return ST ? kg_wg_desc_mn_on(base, lbo, off) : kg_wg_desc_mn(base + off, lbo);
 }
 
 // C (+)= A·B^T of 64 x N, issued and committed (not waited for): A's 64
