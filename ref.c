@@ -404,6 +404,7 @@ enum acc_kind {
     ACC_F64,        /* double accumulation: the reference */
     ACC_F32_SEQ,    /* fp32 multiply and add, k = 0..K-1 in order: the lp reference */
     ACC_F32_TILED,  /* fp32, partial sums per k-tile of 32 then added: the CPU candidate */
+    ACC_TC8,        /* quantized products as sm_90a's fp8 tensor cores sum them (tc8_stage) */
 };
 
 /* Blocking: a work item is MM_RB rows x MM_CB columns of the output; within
@@ -594,6 +595,7 @@ static void cpu_candidate_gemm(enum dtype t, const float *x, const float *y, siz
 struct qprod {
     const float *x, *y, *sx, *sy;
     size_t rows, cols, inner, xrow0, grx, gry, gk;
+    int tc_emin;   /* ACC_TC8: the exponent the fp8 tensor cores give a subnormal code (q_tc_emin) */
 };
 
 /* Two builds of the quantized products' loop: the portable one and, on
@@ -633,14 +635,106 @@ static int ref_fast(void)
  * instead of waiting on each other. */
 #define QP_COLS 8
 
+/* The fp8 tensor cores' sums: sm_90a's QGMMA (wgmma ...k32 on e4m3/e5m2)
+ * as the kernels use it.  A k32 step adds 32 products to the partial c:
+ * each product's exponent is the sum of its operands' (a subnormal code's
+ * taken as the format's smallest, emin), every term (c's too) is truncated
+ * toward zero TC8_ALIGN bits below the largest of them, the terms are added
+ * exactly, and the sum is truncated to TC8_BITS fraction bits.  Every
+ * TC8_STAGE k the kernels add the partial to an fp32 sum.  Fitted on the
+ * H200's fp32 outputs: bitwise on every element of e4m3 and e5m2, normal
+ * and uniform inputs, K 32..1024, per tensor, row and block scales (README,
+ * "The fp8 tensor cores' sums"); Khattak & Mikaitis, "Accurate models of
+ * NVIDIA tensor cores", arXiv:2512.07004, model the same features.  The
+ * sign-bias gate's allowance (gates.c) and --cpu-sums sm90a use it. */
+#define TC8_STEP 32
+#define TC8_STAGE 128
+#define TC8_ALIGN 13
+#define TC8_BITS 13
+
+/* floor(log2 |v|) of a nonzero normal double. */
+static inline int tc8_exp(double v)
+{
+    uint64_t b;
+    memcpy(&b, &v, sizeof b);
+    return (int)((b >> 52) & 0x7ff) - 1023;
+}
+
+/* The exponent the tensor cores give code value v (a normal float): its
+ * own, or emin for a subnormal code. */
+static inline int tc8_code_exp(float v, int emin)
+{
+    union { float f; uint32_t u; } b = { v };   /* not memcpy: this loop vectorizes */
+    int e = (int)((b.u >> 23) & 0xff) - 127;
+    return e < emin ? emin : e;
+}
+
+/* 2^e as a double (|e| < 1000). */
+static inline double tc8_pow2(int e)
+{
+    uint64_t b = (uint64_t)(1023 + e) << 52;
+    double v;
+    memcpy(&v, &b, sizeof v);
+    return v;
+}
+
+#define TC8_NONE (-100000)   /* the exponent of a zero term: below every other */
+
+/* One k32 step: c + the sum of the n <= TC8_STEP products x[k]·y[k] as the
+ * tensor cores add them (emin: the codes' format's).  In units of
+ * 2^(emax - TC8_ALIGN) every term is below 2^15 and the sum below 2^21: an
+ * int32 holds them, and converting to it truncates.  Finite codes' exponents
+ * are below 16 and a partial's below 64; an inf or NaN code's is 128, so a
+ * step with one returns the plain sum (inf or NaN). */
+REF_INLINE double tc8_step(double c, const float *x, const float *y, size_t n, int emin)
+{
+    double t[TC8_STEP];
+    int e[TC8_STEP], emax = c != 0 ? tc8_exp(c) : TC8_NONE;
+    for (size_t k = 0; k < n; k++) {
+        t[k] = (double)x[k] * y[k];   /* exact: 8-bit significands */
+        e[k] = t[k] != 0 ? tc8_code_exp(x[k], emin) + tc8_code_exp(y[k], emin) : TC8_NONE;
+    }
+    for (size_t k = 0; k < n; k++) emax = e[k] > emax ? e[k] : emax;
+    if (emax >= 64) {
+        for (size_t k = 0; k < n; k++) c += t[k];
+        return c;
+    }
+    if (emax == TC8_NONE) return 0;
+    double unit = tc8_pow2(TC8_ALIGN - emax);
+    int32_t sum = (int32_t)(c * unit);
+    for (size_t k = 0; k < n; k++) sum += (int32_t)(t[k] * unit);
+    uint32_t mag = sum < 0 ? 0u - (uint32_t)sum : (uint32_t)sum;
+    int shift = 0;
+    while (mag >> (TC8_BITS + 1)) mag >>= 1, shift++;   /* TC8_BITS fraction bits, truncated */
+    double v = (double)(mag << shift) * tc8_pow2(emax - TC8_ALIGN);
+    return sum < 0 ? -v : v;
+}
+
+/* The sum over k in [k0, k1) of x[k]·y[k] as the kernels' tensor cores sum
+ * it: steps of TC8_STEP into a partial, added to fp32 every TC8_STAGE k
+ * (counted from k0, where a scale block starts a stage). */
+REF_INLINE float tc8_stage(const float *x, const float *y, size_t k0, size_t k1, int emin)
+{
+    float acc = 0;
+    for (size_t s0 = k0; s0 < k1; s0 += TC8_STAGE) {
+        size_t s1 = s0 + TC8_STAGE < k1 ? s0 + TC8_STAGE : k1;
+        double c = 0;
+        for (size_t k = s0; k < s1; k += TC8_STEP)
+            c = tc8_step(c, x + k, y + k, s1 - k < TC8_STEP ? s1 - k : TC8_STEP, emin);
+        acc += (float)c;   /* c: at most TC8_BITS + 1 bits, exact in fp32 */
+    }
+    return acc;
+}
+
 /* P_kb of QP_COLS columns: part[c] = the sum over k in [k0, k1) of
  * x[k]·y[c][k] as `kind` sums it: ACC_F64 in four double partial sums (exact
  * products); ACC_F32_SEQ in fp32, k in order (the kernels' order, the
  * same-precision reference); ACC_F32_TILED in four interleaved fp32 partial
- * sums (the CPU candidate: another order).  Products and sums are separate
- * statements, so that no compiler contracts them into one rounding. */
+ * sums (the CPU candidate: another order); ACC_TC8 as tc8_stage (emin: the
+ * codes' format's).  Products and sums are separate statements, so that no
+ * compiler contracts them into one rounding. */
 REF_INLINE void qprod_block(enum acc_kind kind, const float *x, const float *const y[QP_COLS], size_t k0, size_t k1,
-                           double part[QP_COLS])
+                           int emin, double part[QP_COLS])
 {
     size_t k = k0;
     if (kind == ACC_F64) {
@@ -660,6 +754,10 @@ REF_INLINE void qprod_block(enum acc_kind kind, const float *x, const float *con
         return;
     }
     float acc[QP_COLS] = { 0 };
+    if (kind == ACC_TC8) {
+        for (int c = 0; c < QP_COLS; c++) part[c] = tc8_stage(x, y[c], k0, k1, emin);
+        return;
+    }
     if (kind == ACC_F32_TILED) {
         kg_v4f v[QP_COLS] = { { 0 } };
         for (; k + 4 <= k1; k += 4) {
@@ -691,7 +789,7 @@ REF_INLINE void qprod_elems(const struct qprod *p, enum acc_kind kind, size_t i,
     float acc[QP_COLS] = { 0 };
     for (int c = 0; c < QP_COLS; c++) y[c] = p->y + j[c] * p->inner, sy[c] = p->sy + j[c] / p->gry * nkb;
     for (size_t kb = 0, k0 = 0; k0 < p->inner; kb++, k0 += p->gk) {
-        qprod_block(kind, x, y, k0, k0 + p->gk < p->inner ? k0 + p->gk : p->inner, part);
+        qprod_block(kind, x, y, k0, k0 + p->gk < p->inner ? k0 + p->gk : p->inner, p->tc_emin, part);
         for (int c = 0; c < QP_COLS; c++) {
             if (kind == ACC_F64) {
                 double w = (double)sx[kb] * (double)sy[c][kb], m = w * part[c];
@@ -745,13 +843,14 @@ static void qprod_select(enum acc_kind kind, const struct qprod *p, const uint32
     par_for(nr, ref_fast() ? qsel_item_fast : qsel_item, &j);
 }
 
-/* The CPU "kernel" of a quantized product: every element as qprod_elems in
- * ACC_F32_TILED order,
+/* The CPU "kernel" of a quantized product: every element as qprod_elems
+ * sums it by `kind` (ACC_F32_TILED, or ACC_TC8 as sm_90a's tensor cores),
  * rounded to dtype t and stored at i*scm + j*scn of raw buffer c. */
-static void cpu_candidate_qgemm(enum dtype t, const struct qprod *p, void *c, int64_t scm, int64_t scn)
+static void cpu_candidate_qgemm(enum acc_kind kind, enum dtype t, const struct qprod *p, void *c, int64_t scm,
+                                int64_t scn)
 {
     float *acc = xmalloc(p->rows * p->cols * sizeof(float) + 1);
-    qprod_select(ACC_F32_TILED, p, NULL, p->rows, NULL, p->cols, acc);
+    qprod_select(kind, p, NULL, p->rows, NULL, p->cols, acc);
     for (size_t i = 0; i < p->rows; i++)
         for (size_t j = 0; j < p->cols; j++)
             dt_store(t, c, (size_t)((int64_t)i * scm + (int64_t)j * scn), acc[i * p->cols + j]);

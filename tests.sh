@@ -480,6 +480,48 @@ for c in "gemm --shape 300x260x70" "gemm --dtype f16 --layout TN --shape 257x129
     else ok "--inject round, $c: the signed bias gate does not see it"; fi
 done
 expect 2 "--inject round on an f32 output" $K gemm --device cpu --dtype f32 --shape 64x64x64 --inject round
+# ref.c's model of sm_90a's fp8 tensor cores (ACC_TC8, README "The fp8 tensor cores' sums"): the
+# CPU candidate summing as it does (--cpu-sums sm90a) gives what an H200 gave, bit for bit: each
+# sha256 below is that of the C.out.npy that `kgate gemm ARGS --dump` wrote on the H200 (seed 42,
+# kernels.hip 3a2a55d0ff18, 2026-12-03).  The default fp32 sums must differ, or this could not fail.
+while read -r sha args; do
+    rm -rf "$tmp/tc8"
+    expect 0 "--cpu-sums sm90a, $args" $K gemm $args --device cpu --cpu-sums sm90a --repeat 1 \
+        --trades-precision test --dump "$tmp/tc8"
+    got=$(sha256sum "$tmp/tc8/C.out.npy" 2>/dev/null | cut -c1-64)
+    if [ "$got" = "$sha" ]; then ok "--cpu-sums sm90a, $args: the H200's output, bit for bit"
+    else bad "--cpu-sums sm90a, $args: C.out.npy sha256 $got, the H200's $sha"; fi
+    rm -rf "$tmp/tc8"
+    run $K gemm $args --device cpu --repeat 1 --trades-precision test --dump "$tmp/tc8"
+    got=$(sha256sum "$tmp/tc8/C.out.npy" 2>/dev/null | cut -c1-64)
+    if [ -n "$got" ] && [ "$got" != "$sha" ]; then ok "--cpu-sums fp32, $args: not the H200's output"
+    else bad "--cpu-sums fp32, $args: sha256 '$got' (the H200's is $sha)"; fi
+done <<'TC8'
+568c18d62b87d3f8aac6b4b7408d913af4265d63aaaf1e7a5b6eb74b619a15a2 --dtype e4m3 --scaling tensor --out f32 --shape 256x256x1024 --inputs normal
+c689a826f8f1a36b69f5c8e8591edf38a19cd1b445ef0be5b3d337c52914bf6f --dtype e5m2 --scaling tensor --out f32 --shape 256x256x256 --inputs uniform
+8c895eac8b131a9ba9f43f23e26b9da3a655c874c9a50bc8d7470b7914b7b3ab --dtype e5m2 --scaling tensor --out f32 --shape 256x256x32 --inputs normal
+ee723ec6a6882a89645b92a3417fa13924bf45f849af102939b4798e62a67224 --dtype e4m3 --scaling row --out f32 --shape 256x256x256 --inputs normal
+f8ea5c140ac46ae554e005915ffd705e9d091bfe0764e02f04e21e0e4eb77153 --dtype e4m3 --scaling block --out f32 --shape 256x256x256 --inputs normal
+7f25856cd1bd68deada8e7120afda0a49af0bc171cf3eac1cd1d4612874d61c7 --dtype e4m3 --scaling tensor --out bf16 --shape 512x512x2048 --inputs normal
+TC8
+# Dense fp8 inputs: the tensor cores' truncating sums lean toward zero by ~0.007 ulp of bf16,
+# more than fp32 sums' allowance (the H200's kernels failed sign-bias on them before it held the
+# model's lean).  The H200's own outputs (the emulation) pass, leaning exactly as the model; a
+# truncating epilogue on the same sums (--inject round) fails.
+c="gemm --dtype e4m3 --shape 512x512x1024 --inputs normal"
+expect 0 "dense e4m3, the H200's sums (--cpu-sums sm90a) pass sign-bias" $K $c --device cpu --cpu-sums sm90a \
+    --repeat 1 --json
+python3 -c 'import json,sys
+o=json.loads(open(sys.argv[1]).read())["outputs"][0]; g=o["gates"]["sign-bias"]
+tc=o["quant"]["tensor_core_model_sign_bias_ulps"]
+assert g["pass"] and 0.004 < g["value"] < g["limit"] and tc == -g["value"], (g, tc)' "$tmp/out" 2>"$tmp/py" \
+    && ok "dense e4m3: leans as the model (> 0.004 ulp) and within the limit" || bad "dense e4m3 lean: $(cat "$tmp/py")"
+expect 1 "dense e4m3, the H200's sums, --inject round" $K $c --device cpu --cpu-sums sm90a --repeat 1 --inject round
+has "$tmp/out" "FAIL sign-bias \(check\): mean\(\|out\| - \|ref\|\) -0\.5" "dense e4m3 --inject round: sign-bias names it"
+expect 2 "--cpu-sums fp16" $K gemm --device cpu --dtype e4m3 --shape 8x8x8 --cpu-sums fp16
+one_line "--cpu-sums fp16"
+expect 2 "--cpu-sums on a GPU device" $K gemm --dtype e4m3 --shape 8x8x8 --cpu-sums sm90a
+one_line "--cpu-sums on a GPU device"
 one_line "round needs a 16-bit output"
 expect 0 "the rounding gate decides most elements of a clean bf16 product" $K gemm --device cpu --shape 300x260x1000 --json
 python3 -c 'import json,sys

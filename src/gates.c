@@ -74,6 +74,7 @@ struct stats {
     double rb_out, rb_ref;
     size_t n_sb;                            /* sign-aware bias: elements summed */
     double sum_sb, sum_sb2, sum_sb_lp, sum_sb_lp2, sum_ulp;
+    double sum_sb_tc;                       /* ... the fp8 tensor cores' model's (refs' tc), when present */
     size_t tr, tc;                          /* tile grid */
     struct acc *tiles;
     struct acc *segs;                       /* per row segment (nseg of them), or NULL */
@@ -82,6 +83,7 @@ struct stats {
     double lp_snr_db, hp_snr_db;            /* the same-precision reference's SNR; the SNR vs unquantised */
     double sb_ulps, sb_lp_ulps, sb_limit;   /* sign-aware bias in ulps: the output's, lp's, the limit */
     double sb_acc_ulps;                     /* ... of which the accumulation's allowance */
+    double sb_tc_ulps;                      /* the fp8 tensor cores' model's sign-aware bias (NAN: none) */
     long worst_tile;                        /* -1: no tile had enough checked elements */
     double worst_tile_snr, worst_tile_need;
     long worst_seg;                         /* -1: no segments */
@@ -109,7 +111,7 @@ static void acc_add(struct acc *a, double ref, double e, double lpe, size_t i, s
  * rounding boundary of the dtype (so any arithmetic within the margin
  * rounds it the same way), whether out and lp equal RNE(ref). */
 static void stats_rounding(struct stats *s, const struct gate_in *g, size_t i, size_t j, double out, double ref,
-                           double lp)
+                           double lp, double tc)
 {
     enum dtype t = g->t;
     double a = fabs(ref), ra = fabs((double)dt_round(t, (float)ref));
@@ -119,6 +121,7 @@ static void stats_rounding(struct stats *s, const struct gate_in *g, size_t i, s
         double d = fabs(out) - a, dl = fabs(lp) - a;
         s->n_sb++, s->sum_ulp += ulp;
         s->sum_sb += d, s->sum_sb2 += d * d, s->sum_sb_lp += dl, s->sum_sb_lp2 += dl * dl;
+        s->sum_sb_tc += fabs(tc) - a;
     }
     if (s->rne_margin < 0 || !(fmin(a - lo, hi - a) > s->rne_margin)) return;
     double rne = ref < 0 ? -ra : ra;
@@ -131,7 +134,7 @@ static void stats_rounding(struct stats *s, const struct gate_in *g, size_t i, s
  * reference (-inf: the LSE of a row that sees no key) must be matched
  * exactly and is left out of the sums. */
 static void stats_visit(struct stats *s, const struct gate_in *g, size_t i, size_t j, double ref, double lp,
-                        double hp, size_t seg)
+                        double hp, double tc, size_t seg)
 {
     double out = g->out[i * g->o->cols + j];
     s->n++;
@@ -167,7 +170,7 @@ static void stats_visit(struct stats *s, const struct gate_in *g, size_t i, size
     s->sum_hp2 += hp * hp, s->sum_hp_err2 += (out - hp) * (out - hp);
     s->sum_err += e, s->sum_err2 += e * e, s->sum_ref2 += ref * ref;
     s->sum_out2 += out * out, s->sum_out_ref += out * ref;
-    if (DTYPES[g->t].bytes < 4) stats_rounding(s, g, i, j, out, ref, lp);
+    if (DTYPES[g->t].bytes < 4) stats_rounding(s, g, i, j, out, ref, lp, tc);
 }
 
 static double snr_db(double sig2, double err2)
@@ -250,18 +253,22 @@ static double stats_rne_margin(const struct gate_in *g)
 
 /* The sign-aware bias, in ulps: the mean of |out| - |ref| over the mean ulp
  * at ref, lp's the same way, and the limit: 6 spreads of the mean, plus
- * twice lp's, plus an allowance for an accumulation that errs toward zero
- * (tensor cores' fp32 sums truncate: Fasi, Higham, Mikaitis, Pranesh,
- * "Numerical behavior of NVIDIA tensor cores", PeerJ CS 2021) by up to
- * twice lp's largest unrounded error, in ulps; a truncating conversion
- * errs by half an ulp. */
-static void stats_sign_bias(struct stats *s)
+ * twice lp's, plus an allowance for an accumulation that errs toward zero:
+ * tensor cores' fp32 sums truncate (Fasi, Higham, Mikaitis, Pranesh,
+ * "Numerical behavior of NVIDIA tensor cores", PeerJ CS 2021), by up to
+ * twice lp's largest unrounded error, in ulps; fp8 tensor cores' sums keep
+ * ~13 bits and truncate, so quantized products allow twice the lean of
+ * ref.c's model of them (ACC_TC8: refs' tc), when that is more.  A
+ * truncating conversion errs by half an ulp. */
+static void stats_sign_bias(struct stats *s, int has_tc)
 {
     double n = (double)(s->n_sb ? s->n_sb : 1), ulp = s->sum_ulp > 0 ? s->sum_ulp / n : 1;
     double m = s->sum_sb / n, ml = s->sum_sb_lp / n;
     double sd = sqrt(fmax(0.0, s->sum_sb2 / n - m * m)), sdl = sqrt(fmax(0.0, s->sum_sb_lp2 / n - ml * ml));
     s->sb_ulps = m / ulp, s->sb_lp_ulps = ml / ulp;
+    s->sb_tc_ulps = has_tc && s->n_sb ? s->sum_sb_tc / n / ulp : NAN;
     s->sb_acc_ulps = s->rne_margin > 0 ? 2.0 * s->rne_margin / RNE_MARGIN_FACTOR / ulp : 0;
+    if (!isnan(s->sb_tc_ulps)) s->sb_acc_ulps = fmax(s->sb_acc_ulps, 2.0 * fabs(s->sb_tc_ulps));
     s->sb_limit = 6.0 * fmax(sd, sdl) / sqrt(n) / ulp + 2.0 * fabs(s->sb_lp_ulps) + s->sb_acc_ulps;
 }
 
@@ -285,14 +292,14 @@ static void stats_compute(struct stats *s, const struct gate_in *g)
         for (size_t j = 0; j < o->cols; j++) {
             size_t at = r * o->cols + j;
             stats_visit(s, g, p->rows[r], j, f->ref_r[at], f->lp_r[at], f->hp_r ? f->hp_r[at] : 0,
-                        seg_of ? seg_of[p->rows[r]] : 0);
+                        f->tc_r ? f->tc_r[at] : 0, seg_of ? seg_of[p->rows[r]] : 0);
         }
     for (size_t i = 0; i < o->rows && p->nc; i++)
         if (!p->row_in[i])
             for (size_t c = 0; c < p->nc; c++) {
                 size_t at = i * p->nc + c;
                 stats_visit(s, g, i, p->cols[c], f->ref_c[at], f->lp_c[at], f->hp_c ? f->hp_c[at] : 0,
-                            seg_of ? seg_of[i] : 0);
+                            f->tc_c ? f->tc_c[at] : 0, seg_of ? seg_of[i] : 0);
             }
     free(seg_of);
     for (size_t k = 0; k < o->rows * o->cols; k++) {
@@ -313,7 +320,7 @@ static void stats_compute(struct stats *s, const struct gate_in *g)
     /* The spread of a mean of n errors: sd/sqrt(n), with sd at least the
      * same-precision reference's rms error (so few elements cannot make it 0). */
     s->bias_limit = 6.0 * fmax(s->sd_err, s->rms_lp_err) / sqrt(nf) + 2.0 * fabs(s->mean_lp_err);
-    stats_sign_bias(s);
+    stats_sign_bias(s, f->tc_r != NULL);
     stats_worst(s, g);
 }
 
@@ -459,9 +466,12 @@ static void gate_sign_bias(const struct stats *s, const struct gate_in *g, struc
 {
     if (DTYPES[g->t].bytes == 4) { not_gated(v, SIXTEEN_ONLY); return; }
     v->value = fabs(s->sb_ulps), v->limit = s->sb_limit, v->pass = v->value <= v->limit;
-    snprintf(v->detail, sizeof v->detail, "mean(|out| - |ref|) %.4g ulp of %s over %zu elements vs limit %.4g "
-             "(6 spreads of the mean + 2 x lp's %.4g + the accumulation's %.4g)", s->sb_ulps, DTYPES[g->t].name,
-             s->n_sb, s->sb_limit, fabs(s->sb_lp_ulps), s->sb_acc_ulps);
+    int n = snprintf(v->detail, sizeof v->detail, "mean(|out| - |ref|) %.4g ulp of %s over %zu elements vs limit "
+                     "%.4g (6 spreads of the mean + 2 x lp's %.4g + the accumulation's %.4g)", s->sb_ulps,
+                     DTYPES[g->t].name, s->n_sb, s->sb_limit, fabs(s->sb_lp_ulps), s->sb_acc_ulps);
+    if (!isnan(s->sb_tc_ulps) && n > 0 && (size_t)n < sizeof v->detail)
+        snprintf(v->detail + n, sizeof v->detail - (size_t)n, "; the fp8 tensor cores' model leans %.4g",
+                 s->sb_tc_ulps);
 }
 
 /* in bounds: the guard bands around the output still hold the poison bytes

@@ -231,6 +231,14 @@ static void q_operand(struct run *r, struct qoperand *op, const char *name, int 
     q_keep(r, op, id == 1);
 }
 
+/* The exponent sm_90a's fp8 tensor cores give a subnormal code of format f
+ * (ref.c's ACC_TC8): its smallest normal exponent; E2M1 codes reach them as
+ * E4M3 (the kernels decode them so), and the others' model is sm_90a's. */
+static int q_tc_emin(enum qfmt f)
+{
+    return 1 - QFMTS[f == Q_E2M1 ? Q_E4M3 : f].bias;
+}
+
 /* The low-precision part of a gemm or grouped case: format, rule, K-block. */
 static struct qrun *q_begin(struct run *r)
 {
@@ -255,7 +263,7 @@ static void qgemm_prepare(struct run *r)
     q_operand(r, &q->op[1], "B", 2, 1, N);
     q->prods = run_owned(r, sizeof *q->prods);
     q->prods[0] = (struct qprod){ q->op[0].xq, q->op[1].xq, q->op[0].sf, q->op[1].sf, M, N, K, 0,
-                                  q->op[0].g.gr, q->op[1].g.gr, q->gk };
+                                  q->op[0].g.gr, q->op[1].g.gr, q->gk, q_tc_emin(q->f) };
     /* the strides of the codes' rows in bytes, for the sm_90a path (FP4: two codes a byte, unpacked there) */
     int64_t rb = (int64_t)q_row_bytes(q->f, K);
     struct output *o = product_output(r, "C", M, N, (int64_t)N, 1, 1,
@@ -288,7 +296,7 @@ static void qgrouped_prepare(struct run *r)
     for (size_t g = 0; g < G; g++) {
         q->prods[g] = (struct qprod){ q->op[0].xq + offs[g] * K, q->op[1].xq + g * N * K, q->op[0].sf,
                                       q->op[1].sf + g * b_blocks, c->lens[g], N, K, offs[g],
-                                      q->op[0].g.gr, q->op[1].g.gr, q->gk };
+                                      q->op[0].g.gr, q->op[1].g.gr, q->gk, q_tc_emin(q->f) };
         product_part(o, g, offs[g], c->lens[g], K, q->op[0].master + offs[g] * K, bt + g * K * N);
         o->parts[g].q = &q->prods[g];
     }
@@ -315,7 +323,8 @@ static size_t q_neighbour_block(const struct qoperand *op, size_t b)
 
 /* A low-precision product on the CPU: the codes and scales read back from
  * the buffers the GPU kernel would read, decoded, multiplied by ref.c's
- * candidate (qprod_elems, ACC_F32_TILED) per group. */
+ * candidate (qprod_elems, ACC_F32_TILED; --cpu-sums sm90a: ACC_TC8) per
+ * group. */
 static void q_cpu_product(struct run *r, const struct output *p)
 {
     const struct qrun *q = r->q;
@@ -332,8 +341,8 @@ static void q_cpu_product(struct run *r, const struct output *p)
         struct qprod pr = q->prods[g];   /* the reference's geometry, the buffers' values */
         pr.x = a + (pr.x - A->xq), pr.y = b + (pr.y - B->xq), pr.sx = sa, pr.sy = sb + (pr.sy - B->sf);
         size_t row0 = p->pl.ragged == RAG_ROWS ? p->pl.offs[g] : 0;
-        cpu_candidate_qgemm(p->dt, &pr, (char *)(uintptr_t)p->buf + row0 * p->srow * DTYPES[p->dt].bytes,
-                            p->srow, p->scol);
+        cpu_candidate_qgemm(r->o->cpu_sums_sm90 ? ACC_TC8 : ACC_F32_TILED, p->dt, &pr,
+                            (char *)(uintptr_t)p->buf + row0 * p->srow * DTYPES[p->dt].bytes, p->srow, p->scol);
     }
     free(a), free(b), free(sa), free(sb);
 }
@@ -609,7 +618,8 @@ static void q_inj_scale_index(struct inject_ctx *x)
         if (op == A) pr.sx = sa + (pr.sx - A->sf);
         else pr.sy = sa + (pr.sy - B->sf);
         size_t row0 = p->pl.ragged == RAG_ROWS ? p->pl.offs[g] : 0;
-        cpu_candidate_qgemm(p->dt, &pr, (char *)raw + row0 * p->srow * DTYPES[p->dt].bytes, p->srow, p->scol);
+        cpu_candidate_qgemm(ACC_F32_TILED, p->dt, &pr, (char *)raw + row0 * p->srow * DTYPES[p->dt].bytes, p->srow,
+                            p->scol);
     }
     for (size_t i = 0; i < p->rows; i++)
         for (size_t j = 0; j < p->cols; j++)

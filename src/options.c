@@ -36,6 +36,7 @@ struct opts {
     const char *diff_dirs[2];     /* diff: the two --dump directories A and B */
     int graph;                    /* --graph: every launch captured into a graph once, then replayed */
     const char *device_list;      /* --device all or A,B,...: each entry in its own kgate (node.c); NULL: one device */
+    int cpu_sums_sm90;            /* --cpu-sums sm90a: the CPU candidate's fp8 products summed as ref.c's ACC_TC8 */
 };
 
 /* The most entries of a device list (--device A,B,...). */
@@ -65,7 +66,7 @@ static const struct opt_row { const char *key; int takes_value; unsigned cmds; }
     { "--dump", 1, K_CASE | K_ALL },                { "--seeds", 1, K_CASE | K_ALL },
     { "--json", 0, K_RUNS | K_DIFF },               { "--full", 0, K_RUNS | K_SELFTEST },
     { "--timeout", 1, K_RUNS },                     { "--wide", 0, K_RUNS },
-    { "--graph", 0, K_RUNS | K_SELFTEST },
+    { "--graph", 0, K_RUNS | K_SELFTEST },          { "--cpu-sums", 1, K_CASE | K_ALL },
 };
 
 /* The row of OPT_ROWS for argument `key` ("-DNAME" is -D's), or -1. */
@@ -189,6 +190,12 @@ static int opts_parse(struct opts *o, int argc, char **argv, int i)
     if (strcmp(key, "--full") == 0) { o->full = 1; return 1; }
     if (strcmp(key, "--wide") == 0) { o->wide = 1; return 1; }
     if (strcmp(key, "--graph") == 0) { o->graph = 1; return 1; }
+    if (strcmp(key, "--cpu-sums") == 0) {
+        if (strcmp(val, "fp32") != 0 && strcmp(val, "sm90a") != 0)
+            die(EXIT_USAGE, "--cpu-sums %s: expected fp32 or sm90a", shown(val));
+        o->cpu_sums_sm90 = strcmp(val, "sm90a") == 0;
+        return 2;
+    }
     if (strcmp(key, "--timeout") == 0) {
         if (parse_nonneg(val, &o->timeout) != 0 || !(o->timeout > 0) || o->timeout > 86400)
             die(EXIT_USAGE, "--timeout %s: expected seconds, more than 0 and at most 86400", shown(val));
@@ -307,6 +314,9 @@ static const char USAGE[] =
     "                   (default): the OCP MX rule, up: rounded up (NVIDIA, TransformerEngine)\n"
     "  --out bf16|f32   the output (default bf16)\n"
     "  --fp8 ocp|fnuz   the fp8 encoding (default: the device's; OCP on NVIDIA and the CPU)\n"
+    "  --cpu-sums fp32|sm90a   --device cpu: the candidate sums fp8 and MX products in fp32\n"
+    "                   (default), or as sm_90a's tensor cores do (ref.c's model; bit for bit\n"
+    "                   the H200's fp8 outputs on the cases tests.sh records)\n"
     "\n"
     "run options:\n"
     "  --device N|cpu   GPU N (default 0), or cpu: ref.c's candidate runs the same pipeline\n"
@@ -461,6 +471,7 @@ static void opts_open_device(struct device *d, const struct opts *o)
         cpu_open(d);
         return;
     }
+    if (o->cpu_sums_sm90) die(EXIT_USAGE, "--cpu-sums sm90a is the CPU candidate's arithmetic: it needs --device cpu");
     gpu_open(d, o->device_index);
 }
 

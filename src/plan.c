@@ -77,6 +77,7 @@ struct refs {
     float *lp_r, *lp_c;           /* same precision, rounded to the output's dtype */
     float *lpu_r, *lpu_c;         /* products: the same before that rounding (NULL otherwise) */
     double *hp_r, *hp_c;          /* low precision: the unquantised product (NULL otherwise) */
+    float *tc_r, *tc_c;           /* low precision: the fp8 tensor cores' sums (ref.c's ACC_TC8), rounded */
     double ref_s, lp_s;           /* seconds each took; lp_s < 0: computed with ref */
 };
 
@@ -94,13 +95,19 @@ static void refs_alloc(struct refs *f, const struct output *o, const struct plan
     if (o->nparts && o->parts[0].q) {
         f->hp_r = xcalloc(p->nr * o->cols, sizeof(double));
         f->hp_c = xcalloc(o->rows * p->nc, sizeof(double));
+        f->tc_r = xcalloc(p->nr * o->cols, sizeof(float));
+        f->tc_c = xcalloc(o->rows * p->nc, sizeof(float));
     }
 }
 
-/* Round n values to dtype t in place, keeping the unrounded ones in keep. */
+/* Round n values to dtype t in place, keeping the unrounded ones in keep
+ * (unless NULL). */
 static void refs_round(enum dtype t, float *v, size_t n, float *keep)
 {
-    for (size_t i = 0; i < n; i++) keep[i] = v[i], v[i] = dt_round(t, v[i]);
+    for (size_t i = 0; i < n; i++) {
+        if (keep) keep[i] = v[i];
+        v[i] = dt_round(t, v[i]);
+    }
 }
 
 /* The double reference and the same-precision reference of output o on plan
@@ -121,4 +128,6 @@ static void refs_free(struct refs *f)
     free(f->lpu_c);
     free(f->hp_r);
     free(f->hp_c);
+    free(f->tc_r);
+    free(f->tc_c);
 }

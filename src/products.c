@@ -457,20 +457,21 @@ static void product_select(enum acc_kind kind, int quant, const struct part *pt,
  * rows that fall in it (local, b - a of them) into out_r from row a, and all
  * its rows on the plan's columns into out_c from row pt->row0; a float
  * reference is rounded to the output's dtype, its unrounded values kept in
- * f's lpu arrays at the same places. */
+ * keep_r and keep_c (when not NULL) at the same places. */
 static void product_ref_block(enum acc_kind kind, int quant, const struct output *o, const struct part *pt,
                               const struct plan *p, const uint32_t *local, size_t a, size_t b, void *out_r, void *out_c,
-                              struct refs *f)
+                              float *keep_r, float *keep_c)
 {
     size_t es = kind == ACC_F64 ? sizeof(double) : sizeof(float);
     char *r = (char *)out_r + a * o->cols * es, *c = (char *)out_c + pt->row0 * p->nc * es;
     if (b > a) {
         product_select(kind, quant, pt, o->cols, local, b - a, NULL, o->cols, r);
-        if (kind != ACC_F64) refs_round(o->dt, (float *)r, (b - a) * o->cols, f->lpu_r + a * o->cols);
+        if (kind != ACC_F64) refs_round(o->dt, (float *)r, (b - a) * o->cols, keep_r ? keep_r + a * o->cols : NULL);
     }
     if (p->nc) {
         product_select(kind, quant, pt, o->cols, NULL, pt->rows, p->cols, p->nc, c);
-        if (kind != ACC_F64) refs_round(o->dt, (float *)c, pt->rows * p->nc, f->lpu_c + pt->row0 * p->nc);
+        if (kind != ACC_F64)
+            refs_round(o->dt, (float *)c, pt->rows * p->nc, keep_c ? keep_c + pt->row0 * p->nc : NULL);
     }
 }
 
@@ -478,8 +479,9 @@ static void product_ref_block(enum acc_kind kind, int quant, const struct output
  * in the block (a contiguous run of them, as both ascend) and all rows on the
  * plan's columns; double, then fp32 in the kernels' order rounded to the
  * dtype.  Quantized operands multiply their decoded codes and scales, and
- * add the unquantised (bf16) product as hp.  A block with no inner dimension
- * is exactly zero (already, from refs_alloc). */
+ * add the fp8 tensor cores' sums (ACC_TC8) as tc (its time counted in
+ * lp_s) and the unquantised (bf16) product as hp.  A block with no inner
+ * dimension is exactly zero (already, from refs_alloc). */
 static void product_refs_part(struct refs *f, const struct output *o, const struct part *pt, const struct plan *p,
                               double *ref_s, double *lp_s)
 {
@@ -491,11 +493,12 @@ static void product_refs_part(struct refs *f, const struct output *o, const stru
     for (size_t i = a; i < b; i++) local[i - a] = (uint32_t)(p->rows[i] - pt->row0);
     int quant = pt->q != NULL;
     double t0 = now_s();
-    product_ref_block(ACC_F64, quant, o, pt, p, local, a, b, f->ref_r, f->ref_c, f);
+    product_ref_block(ACC_F64, quant, o, pt, p, local, a, b, f->ref_r, f->ref_c, NULL, NULL);
     double t1 = now_s();
-    product_ref_block(ACC_F32_SEQ, quant, o, pt, p, local, a, b, f->lp_r, f->lp_c, f);
+    product_ref_block(ACC_F32_SEQ, quant, o, pt, p, local, a, b, f->lp_r, f->lp_c, f->lpu_r, f->lpu_c);
+    if (quant) product_ref_block(ACC_TC8, 1, o, pt, p, local, a, b, f->tc_r, f->tc_c, NULL, NULL);
     *ref_s += t1 - t0, *lp_s += now_s() - t1;
-    if (quant) product_ref_block(ACC_F64, 0, o, pt, p, local, a, b, f->hp_r, f->hp_c, f);
+    if (quant) product_ref_block(ACC_F64, 0, o, pt, p, local, a, b, f->hp_r, f->hp_c, NULL, NULL);
     free(local);
 }
 
@@ -511,7 +514,9 @@ static void product_reference(struct run *r, int o, const struct plan *p, struct
 
 /* Replace the output by what a kernel whose epilogue converts fp32 to the
  * output dtype by truncation (round toward zero, cvt.rz) computes: the CPU
- * candidate's fp32 sums, part by part, so converted. */
+ * candidate's fp32 sums (quantized products: sm_90a's fp8 tensor cores',
+ * ACC_TC8, so that the fault leans by half an ulp beyond the sums' own),
+ * part by part, so converted. */
 static void product_inj_round(struct inject_ctx *x)
 {
     const struct output *o = x->o;
@@ -519,7 +524,7 @@ static void product_inj_round(struct inject_ctx *x)
     for (size_t k = 0; k < o->nparts; k++) {
         const struct part *pt = &o->parts[k];
         float *dst = acc + pt->row0 * o->cols;
-        if (pt->q) cpu_candidate_qgemm(DT_F32, pt->q, dst, (int64_t)o->cols, 1);
+        if (pt->q) cpu_candidate_qgemm(ACC_TC8, DT_F32, pt->q, dst, (int64_t)o->cols, 1);
         else if (pt->inner && pt->rows) cpu_candidate_gemm(DT_F32, pt->x, pt->y, pt->rows, pt->inner, o->cols, dst,
                                                            (int64_t)o->cols, 1);
     }

@@ -354,6 +354,7 @@ static void json_output(FILE *f, const struct run *r, int k, const struct result
         if (r->c->mx) json_str(f, "mx_rule", r->c->qrule == QR_MX_UP ? "up" : "spec", 1);
         json_num(f, "snr_vs_unquantised_db", x->s.hp_snr_db, 1);
         json_num(f, "reference_arm_snr_db", x->s.lp_snr_db, 1);
+        json_num(f, "tensor_core_model_sign_bias_ulps", x->s.sb_tc_ulps, 1);   /* gates.c's allowance */
         fprintf(f, "\"stages\":[");
         for (int i = 0; i < n; i++) fprintf(f, "%s\"%.*s\"", i ? "," : "", (int)strcspn(why[i], ":"), why[i]);
         fprintf(f, "]}");
