@@ -3007,10 +3007,10 @@ __device__ static __forceinline__ void kg_fa_softmax(float *s, float *m, float *
 
 // The wgmma descriptor of the operand `off` bytes from shared address base,
 // K-major (kg_fa_desc) or MN-major (kg_fa_desc_mn, lbo as kg_wg_desc_mn):
-// ST = 1, the base's descriptor plus off / 16 (as the GEMM's,
-// kg_wg_desc_on, kg_wg_desc_mn_on); ST = 0, computed from base + off.  The forward takes ST =
-// 1 at head dim 128 alone: there it was 2.7% faster, at 64 1.5% slower, and
-// the backward's launch no faster at 128 (README, the ledger).
+// ST = 1, the base's descriptor plus off / 16 (as the GEMM's kg_wg_desc_on
+// and kg_wg_desc_mn_on); ST = 0, computed from base + off.  The forward
+// takes ST = 1 at head dim 128 alone: there it was 2.7% faster, at 64 1.5%
+// slower, and the backward's launch no faster at 128 (README, the ledger).
 template <int ST>
 __device__ static __forceinline__ unsigned long long kg_fa_desc(unsigned base, int off) {
     return ST ? kg_wg_desc_on(base, off) : kg_wg_desc(base + off);
