@@ -3339,20 +3339,27 @@ KG_FA_SM90_ENTRY(256, bf16, 1)
 //   - Two passes, S and dP computed in each (7 products where a dQ summed
 //     across the dK/dV blocks needs 5): every sum runs in one fixed order
 //     with no atomics and no semaphores (deterministic).
-//   - Fused (FB_FUSED, head dim 128: kg_attn_bwd_fused_sm90_d128_<dt>, then
-//     kg_attn_bwd_dq_post_sm90_d128_<dt>): the dK/dV pass also computes dQ,
-//     5 products per step.  Per step P^T and dS^T go through shared memory
-//     (dV += P^T·dO and dK += dS^T·Q read them there; dS^T double-buffered,
-//     both consumers meet on named barrier 1), and each consumer computes
-//     dQ's partial for its 64 columns, dS·K (A and B MN-major).  The dQ warp
-//     (producer warpgroup, warp 1) adds the partial into the step's fp32
-//     slab with one TMA bulk reduce, after key blocks 0 .. j-1 have added
-//     theirs (a lock per slab, acquire/release at GPU scope): one add per
-//     element per key block, in key-block order, so dQ is bitwise
-//     reproducible without a pass of its own.  setmaxnreg 40 / 232.  The
-//     walk (kg_fb_step) meets each query block at the same step in every
-//     key block, so a lock is normally free when reached.  The post kernel
-//     scales the slabs into dQ.  kgate zeroes the locks before each launch.
+//   - Fused (FB_FUSED = 1, the default at head dim 128:
+//     kg_attn_bwd_fused_sm90_d128_<dt>, then kg_attn_bwd_dq_post_sm90_d128_<dt>;
+//     head dim 64 keeps the two passes): the dK/dV pass also computes dQ,
+//     5 products per step, in FlashAttention-3's order.  A consumer waits
+//     for S^T and dP^T, makes P^T and dS^T and rounds both to A fragments
+//     (so that the fp32 scores are gone before dQ's accumulators are live:
+//     the loop fits 232 registers), issues dV += P^T·dO from registers,
+//     stores dS^T into shared buffer t % 2 (double-buffered; both
+//     consumers meet on named barrier 1), then issues dQ's partial for its
+//     64 columns, dS·K (A and B MN-major), and dK += dS^T·Q from registers,
+//     and writes the partial into one of two shared buffers while dK runs.
+//     The dQ warp (producer warpgroup, warp 1) adds each partial into the
+//     step's fp32 slab with one TMA bulk reduce, after key blocks 0 .. j-1
+//     have added theirs (a lock per slab, acquire/release at GPU scope):
+//     one add per element per key block, in key-block order, so dQ is
+//     bitwise reproducible without a pass of its own.  setmaxnreg 40 / 232
+//     (the pool: 128 x 40 + 256 x 232 = 168 x 384; 32 / 240 asks for more
+//     than the launch holds and hangs).  The walk (kg_fb_step) meets each
+//     query block at the same step in every key block, so a lock is
+//     normally free when reached.  The post kernel scales the slabs into
+//     dQ.  kgate zeroes the locks before each launch.
 // Techniques from FlashAttention-2 and -3 (Dao, arXiv 2307.08691; Shah et
 // al., arXiv 2407.08608; FA3's deterministic backward orders its dQ adds
 // with a semaphore per query block).
@@ -3368,8 +3375,8 @@ KG_FA_SM90_ENTRY(256, bf16, 1)
 #define FB_DQ_BN 64                        // dQ: keys per block (the N of S, dP): 64 or 128
 #endif
 #ifndef FB_FUSED
-#define FB_FUSED 0                         // 1: head dim 128 runs the fused pass (dQ summed across key blocks in
-#endif                                     // order); 0: the two passes (faster as measured: README), as head dim 64
+#define FB_FUSED 1                         // 1: head dim 128 runs the fused pass (dQ summed across key blocks in
+#endif                                     // order; faster as measured: README); 0: the two passes, as head dim 64
 #ifndef FB_DQ_ATOMIC
 #define FB_DQ_ATOMIC 0                     // 1: the fused pass adds dQ in any order, no locks (kgate zeroes the
 #endif                                     // slabs first): not bitwise reproducible, so declared as atomics
@@ -3390,11 +3397,11 @@ KG_FA_SM90_ENTRY(256, bf16, 1)
 // barriers (Q/dO's, full[s], empty[s]).
 #define FB_DQ_SMEM(D) (2 * FA_Q_BYTES(D) + FB_STAGES * 2 * FB_DQ_KV_BYTES(D) + 1024 + 8 * (1 + 2 * FB_STAGES))
 // Fused (FB_FUSED, head dim 128): the dK/dV pass's layout plus two dS^T
-// buffers and one P^T buffer (FB_BN keys x FB_BM rows each), one step's dQ partial (FB_BM x D
-// fp32) and two more barriers (dQ partial full, empty).
+// buffers (FB_BN keys x FB_BM rows each), two dQ partials (FB_BM x D fp32)
+// and their barriers (full and empty of each).
 #define FB_DS_BYTES (FB_BN * FB_BM * 2)
 #define FB_DQ_PART_BYTES(D) (FB_BM * (D) * 4)
-#define FB_FUSED_SMEM(D) (FB_SMEM(D) + 3 * FB_DS_BYTES + FB_DQ_PART_BYTES(D) + 16)
+#define FB_FUSED_SMEM(D) (FB_SMEM(D) + 2 * FB_DS_BYTES + 2 * FB_DQ_PART_BYTES(D) + 32)
 #if FB_FUSED
 extern "C" __device__ int kg_attn_bwd_fused_sm90_smem_d128 = FB_FUSED_SMEM(128);
 extern "C" __device__ int kg_attn_bwd_fused_sm90_atomic = FB_DQ_ATOMIC;   // 1: kgate zeroes the dQ slabs
@@ -3567,10 +3574,11 @@ __device__ static __forceinline__ void kg_fb_lock_write(int *p, int v) {
 
 // The fused pass's dQ warp (lane 0; the other lanes leave): for each step,
 // once the consumers have put the step's dQ partial (FB_BM x D fp32) in
-// shared memory at sdq (dqfull), wait until the slab's lock says that key
-// blocks 0 .. j-1 have added theirs, then copy the partial into the slab
-// (j = 0) or add it there (TMA bulk reduce, fp32), free sdq for the
-// consumers (dqempty) once read, and pass the lock to block j + 1 once the
+// shared buffer t % 2 from sdq (its dqfull, at dqfull + 8·(t % 2)), wait
+// until the slab's lock says that key blocks 0 .. j-1 have added theirs,
+// then copy the partial into the slab (j = 0) or add it there (TMA bulk
+// reduce, fp32), free the buffer for the consumers (its dqempty, 16 bytes
+// on) once read, and pass the lock to block j + 1 once the
 // sum has landed.  One add per element per key block, in key-block order:
 // the sum is bitwise reproducible.  Deadlock-free as long as a block with a
 // lower index along x is scheduled no later (the hardware's in-order
@@ -3583,45 +3591,43 @@ __device__ static inline void kg_fb_dq_sum(float *acc, int *locks, unsigned sdq,
         int g, i0;
         kg_fb_step<1>(t, G, nq, 0, last, &g, &i0);
         const int slab = slab0 + g * nslab + i0 / FB_BM;
-        kg_bar_wait(dqfull, t & 1);
+        const unsigned buf = sdq + (t & 1) * FB_DQ_PART_BYTES(D), bar = dqfull + 8 * (t & 1);
+        kg_bar_wait(bar, (t >> 1) & 1);
         float *dst = acc + (kg_i64)slab * FB_BM * D;
         if (j > 0 && !FB_DQ_ATOMIC)
             while (kg_fb_lock_read(locks + slab) != j) {}
         if (j == 0 && !FB_DQ_ATOMIC)
             asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;"
-                         ::"l"(dst), "r"(sdq), "r"(FB_BM * D * 4) : "memory");
+                         ::"l"(dst), "r"(buf), "r"(FB_BM * D * 4) : "memory");
         else
             asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;"
-                         ::"l"(dst), "r"(sdq), "r"(FB_BM * D * 4) : "memory");
+                         ::"l"(dst), "r"(buf), "r"(FB_BM * D * 4) : "memory");
         asm volatile("cp.async.bulk.commit_group;" ::: "memory");
         asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
-        kg_bar_arrive(dqfull + 8);   // the consumers' dqempty
+        kg_bar_arrive(bar + 16);   // the consumers' dqempty of this buffer
         asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
         asm volatile("fence.proxy.async.global;" ::: "memory");
         kg_fb_lock_write(locks + slab, j + 1);
     }
 }
 
-// A consumer's P^T or dS^T (fp32 accumulators v: its 64 keys x FB_BM query
-// rows), rounded to the input type, into the shared buffer at sbuf (all
+// A consumer's dS^T (its 64 keys x FB_BM query rows), as the A fragments
+// of kg_fa_to_p (fragment e of step k: the rounded pair of accumulator
+// i = 2k + e / 2, row half e % 2), into the shared buffer at sbuf (all
 // FB_BN keys x FB_BM rows: 128-byte key rows of 64 query columns, 128-byte
 // swizzle, the 16-byte chunk ch of key row kl at chunk ch ^ kl % 8): the A
-// operand of dV += P^T·dO and dK += dS^T·Q (K-major, this consumer's rows)
-// and of dQ = dS·K (MN-major, all rows).  sbuf is 1024-byte aligned and
-// kl % 8 = lane / 4, so each address is one add and one xor of two
+// operand of dQ = dS·K (MN-major, all rows).  sbuf is 1024-byte aligned
+// and kl % 8 = lane / 4, so each address is one add and one xor of two
 // per-thread values.
-template <int BF>
-__device__ static __forceinline__ void kg_fb_put_t(const float *v, unsigned sbuf, int c, int warp, int lane) {
+__device__ static __forceinline__ void kg_fb_put_ds(const unsigned (*p)[4], unsigned sbuf, int c, int warp, int lane) {
     unsigned row = sbuf + (c * 64 + warp * 16 + lane / 4) * 128 + 4 * (lane % 4), x = (lane / 4) << 4;
     asm volatile("" : "+r"(row));   // made here, each step (see kg_fb_put_dq)
 #pragma unroll
-    for (int i = 0; i < FB_BM / 8; i++)
+    for (int k = 0; k < FB_BM / 16; k++)
 #pragma unroll
-        for (int hh = 0; hh < 2; hh++) {
-            const float v0 = v[4 * i + 2 * hh], v1 = v[4 * i + 2 * hh + 1];
-            asm volatile("st.shared.u32 [%0], %1;" ::"r"((row + hh * 1024 + (i << 4)) ^ x),
-                         "r"(BF ? kg_wg_pack(v0, v1, kg_bf16()) : kg_wg_pack(v0, v1, kg_f16())) : "memory");
-        }
+        for (int e = 0; e < 4; e++)
+            asm volatile("st.shared.u32 [%0], %1;" ::"r"((row + (e & 1) * 1024 + ((2 * k + (e >> 1)) << 4)) ^ x),
+                         "r"(p[k][e]) : "memory");
 }
 
 // A consumer's dQ partial (64 query rows x its D/2 columns, accumulator
@@ -3637,22 +3643,6 @@ __device__ static __forceinline__ void kg_fb_put_dq(const float *dq, unsigned sd
         for (int hh = 0; hh < 2; hh++)
             asm volatile("st.shared.v2.f32 [%0], {%1, %2};" ::"r"((row + hh * 8 * D * 4 + 32 * i) ^ x),
                          "f"(dq[4 * i + 2 * hh]), "f"(dq[4 * i + 2 * hh + 1]) : "memory");
-}
-
-// C += A·B, 64 x D (FUSED pass: dV += P^T·dO, dK += dS^T·Q), issued and
-// committed: A this consumer's 64 rows of P^T or dS^T at a (K-major:
-// FB_BM query columns of 128-byte rows), B the stage's dO or Q at b
-// (MN-major, D / 64 chunks of the stage's rows).
-template <int D, int BF>
-__device__ static __forceinline__ void kg_fb_kv_issue(float *acc, unsigned a, unsigned b) {
-    kg_wg_fence();
-#pragma unroll
-    for (int kk = 0; kk < FB_BM / 16; kk++) {
-        const unsigned long long da = kg_wg_desc(a + kk * 32), db = kg_wg_desc_mn(b + kk * 16 * 128, FB_BM * 128);
-        if (D == 128) { if (BF) kg_wgmma_n128_bf16<0, 1>(acc, da, db, 1); else kg_wgmma_n128_f16<0, 1>(acc, da, db, 1); }
-        else { if (BF) kg_wgmma_n64_bf16<0, 1>(acc, da, db, 1); else kg_wgmma_n64_f16<0, 1>(acc, da, db, 1); }
-    }
-    kg_wg_commit();
 }
 
 // dQ partial = dS·K for one consumer's D/2 columns (FUSED pass, D = 128:
@@ -3684,11 +3674,11 @@ __device__ static inline void kg_fb_dkdv(const kg_tmap *tq, const kg_tmap *tdo, 
     extern __shared__ unsigned char kg_dsmem[];
     const unsigned base = (kg_smem_addr(kg_dsmem) + 1023u) & ~1023u;
     const unsigned sk = base, sqd = sk + 2 * KVB;                 // K, V; stage s: Q at sqd + 2s·QB, dO after it
-    const unsigned sds = sqd + 2 * FB_STAGES * QB;               // FUSED: two dS^T buffers, P^T's, the dQ partial
-    const unsigned sp = sds + 2 * FB_DS_BYTES, sdq = sds + (FUSED ? 3 * FB_DS_BYTES : 0);
-    const unsigned sst = sdq + (FUSED ? FB_DQ_PART_BYTES(D) : 0); // stage s: FB_BM LSE·log2e, then FB_BM Dsum
+    const unsigned sds = sqd + 2 * FB_STAGES * QB;               // FUSED: two dS^T buffers, two dQ partials
+    const unsigned sdq = sds + (FUSED ? 2 * FB_DS_BYTES : 0);
+    const unsigned sst = sdq + (FUSED ? 2 * FB_DQ_PART_BYTES(D) : 0); // stage s: FB_BM LSE·log2e, then FB_BM Dsum
     const unsigned kvbar = sst + 8 * FB_STAGES * FB_BM, full = kvbar + 8, empty = full + 8 * FB_STAGES;
-    const unsigned dqfull = empty + 8 * FB_STAGES, dqempty = dqfull + 8;
+    const unsigned dqfull = empty + 8 * FB_STAGES, dqempty = dqfull + 16;   // two of each
     float *stat = (float *)(kg_dsmem + (sst - kg_smem_addr(kg_dsmem)));
     const int tid = (int)kg_tid(), wg = tid / 128, warp = tid / 32 % 4, lane = tid % 32;
     const int b = (int)kg_bid_z(), hk = (int)kg_bid_y(), G = Hq / Hkv;
@@ -3705,8 +3695,10 @@ __device__ static inline void kg_fb_dkdv(const kg_tmap *tq, const kg_tmap *tdo, 
             kg_bar_init(empty + 8 * s, 256);     // every consumer thread (see the loop's end)
         }
         if (FUSED) {
-            kg_bar_init(dqfull, 256);
-            kg_bar_init(dqempty, 1);
+            for (int i = 0; i < 2; i++) {
+                kg_bar_init(dqfull + 8 * i, 256);
+                kg_bar_init(dqempty + 8 * i, 1);
+            }
         }
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
@@ -3727,7 +3719,7 @@ __device__ static inline void kg_fb_dkdv(const kg_tmap *tq, const kg_tmap *tdo, 
     const int c = wg - 1, kr = j0 + c * 64 + warp * 16 + lane / 4;   // this thread's keys: kr, kr + 8
     const float sl2 = scale * 1.4426950408889634f;
     float dv[D / 2], dk[D / 2], st[FB_BM / 2], dpt[FB_BM / 2], dq[FUSED ? D / 4 : 1];
-    unsigned pt[FUSED ? 1 : FB_BM / 16][4], dst[FUSED ? 1 : FB_BM / 16][4];   // P^T, dS^T as A fragments
+    unsigned pt[FB_BM / 16][4], dst[FB_BM / 16][4];   // P^T, dS^T as A fragments
 #pragma unroll
     for (int i = 0; i < D / 2; i++) dv[i] = dk[i] = 0.0f;
     kg_bar_wait(kvbar, 0);
@@ -3749,47 +3741,49 @@ __device__ static inline void kg_fb_dkdv(const kg_tmap *tq, const kg_tmap *tdo, 
         if (!FUSED) {
             kg_fa_to_p<FB_BM, BF>(st, pt);
             kg_fa_rs_issue<FB_BM / 16, D, BF>(dv, pt, dO, FB_BM * 128);
-        } else {
-            // P^T through shared memory (this consumer's rows of sp; its
-            // warps meet on named barrier 2 + c): no register operand stays
-            // in flight, which keeps the loop within 232 registers.
-            kg_fb_put_t<BF>(st, sp, c, warp, lane);
-            asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-            asm volatile("bar.sync %0, 128;" ::"r"(2 + c) : "memory");
-            kg_fb_kv_issue<D, BF>(dv, sp + c * 64 * 128, dO);
-        }
-        kg_wg_wait<1>();
-        kg_wg_touch<FB_BM / 2>(dpt);
-        kg_fb_ds_cols<FB_BM>(dpt, st, dsum, lane);
-        if (!FUSED) {
+            kg_wg_wait<1>();
+            kg_wg_touch<FB_BM / 2>(dpt);
+            kg_fb_ds_cols<FB_BM>(dpt, st, dsum, lane);
             kg_fa_to_p<FB_BM, BF>(dpt, dst);
             kg_fa_rs_issue<FB_BM / 16, D, BF>(dk, dst, q, FB_BM * 128);
+            kg_wg_wait<0>();
+            kg_wg_touch<D / 2>(dv);
+            kg_wg_touch<D / 2>(dk);
         } else {
-            // dS^T of both consumers in buffer t % 2 (the other may still
-            // feed the other consumer's dQ of step t - 1): dK's A (its own
-            // rows) and dQ's (all rows), then dQ's chunk c.
+            // P and dS both before any product that reads them, so that
+            // S^T and dP^T in fp32 are gone before dQ's accumulators are
+            // live (the loop fits its registers).  dS^T of both consumers
+            // goes to buffer t % 2 (the other may still feed the other
+            // consumer's dQ of step t - 1), under dV += P^T·dO; then dQ's
+            // chunk c (A: dS, all rows) and dK += dS^T·Q (A: registers);
+            // the dQ partial goes to shared memory while dK runs.
+            kg_wg_wait<0>();
+            kg_wg_touch<FB_BM / 2>(dpt);
+            kg_fb_ds_cols<FB_BM>(dpt, st, dsum, lane);
+            kg_fa_to_p<FB_BM, BF>(st, pt);
+            kg_fa_to_p<FB_BM, BF>(dpt, dst);
+            kg_fa_rs_issue<FB_BM / 16, D, BF>(dv, pt, dO, FB_BM * 128);
             const unsigned sdsb = sds + (t & 1) * FB_DS_BYTES;
-            kg_fb_put_t<BF>(dpt, sdsb, c, warp, lane);
+            kg_fb_put_ds(dst, sdsb, c, warp, lane);
             asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
             asm volatile("bar.sync 1, 256;" ::: "memory");
-            kg_fb_kv_issue<D, BF>(dk, sdsb + c * 64 * 128, q);
             kg_fb_dq_issue<BF>(dq, sdsb, sk + c * FB_BN * 128);
+            kg_fa_rs_issue<FB_BM / 16, D, BF>(dk, dst, q, FB_BM * 128);
+            kg_wg_wait<1>();
+            kg_wg_touch<D / 2>(dv);
+            kg_wg_touch<D / 4>(dq);
+            kg_bar_wait(dqempty + 8 * (t & 1), ((t >> 1) & 1) ^ 1);   // the dQ warp has read step t - 2's partial
+            kg_fb_put_dq<D>(dq, sdq + (t & 1) * FB_DQ_PART_BYTES(D), c, warp, lane);
+            asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+            kg_bar_arrive(dqfull + 8 * (t & 1));
+            kg_wg_wait<0>();
+            kg_wg_touch<D / 2>(dk);
         }
-        kg_wg_wait<0>();
-        kg_wg_touch<D / 2>(dv);
-        kg_wg_touch<D / 2>(dk);
         // Every thread arrives after its own reads of the stage's LSE and
         // Dsum (plain loads the producer warp's next stores must follow);
         // with one arrival per warp after __syncwarp, racecheck reported
         // those stores racing with the loads, and it measured 1.9% slower.
         kg_bar_arrive(empty + 8 * s);
-        if (FUSED) {
-            kg_wg_touch<D / 4>(dq);
-            kg_bar_wait(dqempty, (t & 1) ^ 1);   // the dQ warp has read step t - 1's partial
-            kg_fb_put_dq<D>(dq, sdq, c, warp, lane);
-            asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-            kg_bar_arrive(dqfull);
-        }
         if (++s == FB_STAGES) s = 0, phase ^= 1;
     }
     kg_fb_store<D, BF>(dk, scale, dK, k0, kr, Sk, Hkv, hk, Dh, lane);

@@ -1371,6 +1371,21 @@ sm90_trans_check() {
              if (index($0, "p, 1, 1, " want "; }") == 0) bad[name]++ }
          END { for (n in bad) print n ": " bad[n] " wgmma without the transpose operands of its layout" }' "$1"
 }
+# sm90_regpool_check PTX LOG: one line per entry whose setmaxnreg asks for more registers than its
+# launch holds (one producer warpgroup at its .dec count, the others at .inc, against ptxas's registers
+# x .maxntid): setmaxnreg.inc then waits for registers no warpgroup will free, and the kernel hangs.
+sm90_regpool_check() {
+    awk 'FNR == NR { if ($0 ~ /Function properties for /) n = $NF
+                     else if (n != "" && match($0, /Used [0-9]+ registers/)) { r[n] = substr($0, RSTART + 5, RLENGTH - 15) + 0; n = "" }
+                     next }
+         /\.entry /{ e = $3; sub(/\(.*/, "", e) } /\.func /{ e = "" }
+         e != "" && /^\.maxntid/ { t[e] = $2 + 0 }
+         e != "" && /setmaxnreg\.dec/ { v = $NF + 0; if (v > dec[e]) dec[e] = v }
+         e != "" && /setmaxnreg\.inc/ { v = $NF + 0; if (v > inc[e]) inc[e] = v }
+         END { for (e in inc) { need = 128 * dec[e] + (t[e] - 128) * inc[e]; have = r[e] * t[e]
+                   if (!(e in dec) || !(e in t) || need > have)
+                       print e ": setmaxnreg " dec[e] " / " inc[e] " needs " need " registers, its launch holds " have " (" r[e] " x " t[e] " threads): the consumers would wait for ever" } }' "$2" "$1"
+}
 sm90_ptx_check() {
     local fast="${FAST:-$FAST90}"
     "$nvcc" -arch=sm_90a -ptx -x cu "$@" kernels.hip -o "$tmp/k90.ptx" 2>"$tmp/k90.err" || { echo "nvcc failed: $(head -c 300 "$tmp/k90.err")"; return; }
@@ -1384,11 +1399,22 @@ sm90_ptx_check() {
             || echo "$e: spills (or no ptxas report)"
     done
     sm90_trans_check "$tmp/k90.ptx"
+    sm90_regpool_check "$tmp/k90.ptx" "$tmp/k90.log"
 }
 if [ -x "$nvcc" ] && [ -x "$ptxas" ]; then
     probs=$(sm90_ptx_check)
     [ -z "$probs" ] && ok "the $nfast sm_90a entry points hold wgmma.mma_async in their PTX (the layouts' with their transpose operands); ptxas: no spill, no warning, no wgmma serialized" \
         || bad "sm_90a fast paths: $probs"
+    grep -q "kg_attn_bwd_fused_sm90_smem_d128" "$tmp/k90.ptx" && grep -q "cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32" "$tmp/k90.ptx" \
+        && ok "the default build publishes the fused backward's shared memory (head dim 128 runs it), and its dQ warp adds with a TMA bulk reduce" \
+        || bad "default sm_90a build: no kg_attn_bwd_fused_sm90_smem_d128 or no bulk reduce in the PTX"
+    # planted: the fused backward's producer at 32 registers and its consumers at 240 (a real hang of
+    # 2026-12-03: 128 x 32 + 256 x 240 = 65536 registers, its launch holds 168 x 384 = 64512)
+    awk '/\.entry /{e = /kg_attn_bwd_fused_sm90_d128_bf16\(/} e{sub(/setmaxnreg\.dec\.sync\.aligned\.u32 40;/, "setmaxnreg.dec.sync.aligned.u32 32;")
+         sub(/setmaxnreg\.inc\.sync\.aligned\.u32 232;/, "setmaxnreg.inc.sync.aligned.u32 240;")} 1' "$tmp/k90.ptx" >"$tmp/k90_reg.ptx"
+    sm90_regpool_check "$tmp/k90_reg.ptx" "$tmp/k90.log" | grep -q "^kg_attn_bwd_fused_sm90_d128_bf16: setmaxnreg 32 / 240 needs 65536 registers, its launch holds 64512" \
+        && ok "planted: setmaxnreg 32 / 240 in the fused backward (more registers than its launch holds: it hangs) is named" \
+        || bad "planted setmaxnreg: not named: $(sm90_regpool_check "$tmp/k90_reg.ptx" "$tmp/k90.log")"
     # planted: the TN entry's first wgmma reads X K-major (its trans-a operand dropped)
     awk '/\.entry kg_gemm_sm90_tn_bf16/{e=1} e && !d && sub(/p, 1, 1, 1, 1; }/, "p, 1, 1, 0, 1; }"){d=1} 1' "$tmp/k90.ptx" >"$tmp/k90_tnsp.ptx"
     sm90_trans_check "$tmp/k90_tnsp.ptx" | grep -q "^kg_gemm_sm90_tn_bf16: 1 wgmma without" \
@@ -1397,12 +1423,13 @@ if [ -x "$nvcc" ] && [ -x "$ptxas" ]; then
     probs=$(FAST=$(for e in $FAST90; do case " $MX90 " in *" $e "*) ;; *) echo $e;; esac; done) sm90_ptx_check -DWG_BN=192)
     [ -z "$probs" ] && ok "-D WG_BN=192 (128x192 tiles: wgmma n192, fp8 halves n96; no MX entries) builds the same way: wgmma, no spill, no warning" \
         || bad "sm_90a, WG_BN=192: $probs"
-    probs=$(sm90_ptx_check -DWG_CLUSTER=2 -DWG_STORE_V4=0 -DFB_FUSED=1 -DFB_DQ_ATOMIC=1 -DWG_BN=128)
-    [ -z "$probs" ] && ok "the knobs' other side (-D WG_CLUSTER=2 -D WG_STORE_V4=0 -D FB_FUSED=1 -D FB_DQ_ATOMIC=1 -D WG_BN=128) builds the same way: wgmma, no spill, no warning" \
-        || bad "sm_90a, WG_CLUSTER=2 WG_STORE_V4=0 FB_FUSED=1 FB_DQ_ATOMIC=1 WG_BN=128: $probs"
-    grep -q "kg_attn_bwd_fused_sm90_smem_d128" "$tmp/k90.ptx" && grep -q "cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32" "$tmp/k90.ptx" \
-        && ok "-D FB_FUSED=1: the build publishes the fused backward's shared memory, and its dQ warp adds with a TMA bulk reduce" \
-        || bad "-D FB_FUSED=1: no kg_attn_bwd_fused_sm90_smem_d128 or no bulk reduce in the PTX"
+    probs=$(sm90_ptx_check -DFB_FUSED=0)
+    [ -z "$probs" ] && ! grep -q "kg_attn_bwd_fused_sm90_smem_d128" "$tmp/k90.ptx" \
+        && ok "-D FB_FUSED=0 (the backward's two passes at head dim 128 too) builds the same way, and does not publish the fused pass's shared memory" \
+        || bad "sm_90a, FB_FUSED=0: ${probs:-the build still publishes kg_attn_bwd_fused_sm90_smem_d128}"
+    probs=$(sm90_ptx_check -DWG_CLUSTER=2 -DWG_STORE_V4=0 -DFB_DQ_ATOMIC=1 -DWG_BN=128)
+    [ -z "$probs" ] && ok "the knobs' other side (-D WG_CLUSTER=2 -D WG_STORE_V4=0 -D FB_DQ_ATOMIC=1 -D WG_BN=128) builds the same way: wgmma, no spill, no warning" \
+        || bad "sm_90a, WG_CLUSTER=2 WG_STORE_V4=0 FB_DQ_ATOMIC=1 WG_BN=128: $probs"
     grep -q "\.reqnctapercluster 2, 1, 1" "$tmp/k90.ptx" && grep -q "multicast::cluster" "$tmp/k90.ptx" \
         && ok "-D WG_CLUSTER=2: the entries ask for clusters of 2 and load with TMA multicast" \
         || bad "-D WG_CLUSTER=2: no .reqnctapercluster 2, 1, 1 or no multicast in the PTX"
