@@ -3361,7 +3361,10 @@ KG_FA_SM90_ENTRY(256, bf16, 1)
 //     side by side wait at each lock in turn; causal grids are therefore
 //     dispatched key-block-major in sections of heads (kg_fb_order), which
 //     puts most of a block's predecessors a wave ahead of it and the
-//     longest blocks first.  The post kernel scales the slabs into dQ.
+//     longest blocks first; without a mask or GQA the walk is rotated
+//     instead (key block j starts at query block j mod FB_ROTATE; the
+//     adds' order at a slab is kg_fb_rank's).  Keys past Sk are masked
+//     out of S^T (kg_fb_mask_keys).  The post kernel scales the slabs into dQ.
 //     kgate zeroes the locks before each launch.
 // Techniques from FlashAttention-2 and -3 (Dao, arXiv 2307.08691; Shah et
 // al., arXiv 2407.08608; FA3's deterministic backward orders its dQ adds
@@ -3383,6 +3386,9 @@ KG_FA_SM90_ENTRY(256, bf16, 1)
 #ifndef FB_SECTION
 #define FB_SECTION 16                      // the fused pass's dispatch: (sequence, KV head) pairs a section (kg_fb_order)
 #endif
+#ifndef FB_ROTATE
+#define FB_ROTATE 32                       // the fused pass without a mask or GQA: key block j starts its walk
+#endif                                     // at query block j mod FB_ROTATE (kg_fb_rank); 1: all at the first
 #ifndef FB_DQ_ATOMIC
 #define FB_DQ_ATOMIC 0                     // 1: the fused pass adds dQ in any order, no locks (kgate zeroes the
 #endif                                     // slabs first): not bitwise reproducible, so declared as atomics
@@ -3469,6 +3475,19 @@ __device__ static __forceinline__ void kg_fb_mask_t(float *st, int i0, int kr, i
             if (kr + 8 * (e >> 1) > i0 + 8 * i + 2 * (lane % 4) + (e & 1) + diag) st[4 * i + e] = kg_neg_inf();
 }
 
+// Keys past the sequence out of S^T: -inf in this thread's rows kr, kr + 8
+// where they are Sk or more, so that p = 0 there and their dS adds nothing
+// to the fused pass's dQ (in a packed varlen batch TMA reads the next
+// sequence's keys there; the causal mask already covers them).
+template <int N>
+__device__ static __forceinline__ void kg_fb_mask_keys(float *st, int kr, int Sk) {
+#pragma unroll
+    for (int i = 0; i < N / 8; i++)
+#pragma unroll
+        for (int e = 0; e < 4; e++)
+            if (kr + 8 * (e >> 1) >= Sk) st[4 * i + e] = kg_neg_inf();
+}
+
 // This thread's two rows (r, r + 8) of a 64 x D accumulator times mul,
 // rounded and stored at out[((row0 + r) · H + h) · Dh + col] for rows below
 // `rows` and columns below Dh.
@@ -3489,6 +3508,40 @@ __device__ static __forceinline__ void kg_fb_store(const float *acc, float mul, 
     }
 }
 
+// The rotated walk's index math (kg_fb_step, kg_fb_dq_sum) between the
+// kgate-fbrank marks is plain C: tests.sh compiles it with a C compiler and
+// checks, for every small walk, that the ranks at each slab are the order
+// of (step, key block) and that the locks never wait for ever while all key
+// blocks are resident (.ci/fb_rank_check.c).
+#define KG_FB_IX __device__ static __forceinline__
+// >>> kgate-fbrank (plain C)
+// The position (query block, counted from the walk's first) that a walk of
+// nq blocks rotated by rot (0 <= rot < nq) meets at step u.
+KG_FB_IX int kg_fb_pos(int u, int rot, int nq) { return u + rot < nq ? u + rot : u + rot - nq; }
+
+// #{x in [0, n) : x mod m < r} (0 <= r <= m; kg_fb_rank's count).
+KG_FB_IX int kg_fb_below(int n, int m, int r) {
+    return n / m * r + (n % m < r ? n % m : r);
+}
+
+// The rotated walk's order at one dQ slab (non-causal fused pass, kg_fb_dkdv):
+// key block j of nkb walks its nq query blocks from position j mod R on
+// (the span, 1 <= R <= nq), so it meets the slab of position p at step
+// u(j) = (p - j mod R) mod nq; the blocks add to that slab in the order of
+// (u, j).  Returns j's rank there: the number of blocks that add before it,
+// #{j' : u(j') < u(j)} + #{j' < j : u(j') = u(j)}.  The start residues
+// c = j' mod R with u(j') < u(j) are those among the u(j) positions from
+// j mod R + 1 on (cyclically, mod nq) that are below R, each held by
+// nkb / R blocks plus one when c < nkb mod R.  So at each step the key
+// blocks of a head add to up to R distinct slabs, each after the blocks
+// that met it the step before, instead of queueing at one slab.
+KG_FB_IX int kg_fb_rank(int j, int p, int nkb, int nq, int R) {
+    const int cj = j % R, u = ((p - cj) % nq + nq) % nq, s = cj + 1, r = nkb % R;
+    return nkb / R * (kg_fb_below(s + u, nq, R) - kg_fb_below(s, nq, R)) + kg_fb_below(s + u, nq, r) -
+           kg_fb_below(s, nq, r) + j / R;
+}
+// <<< kgate-fbrank
+
 // The walk of a dK/dV block over its query rows: step t of `steps` is
 // query head hk·G + *g, rows from *i0.  Two passes (FUSED = 0): each head
 // of the group in turn, its blocks of FB_BM rows from the first visible
@@ -3496,10 +3549,13 @@ __device__ static __forceinline__ void kg_fb_store(const float *acc, float mul, 
 // FB_BM, from the one at row `last` down to the one holding istart (nq of
 // them), each met once per head; every key block of a head then meets a
 // query block at the same step number whatever its causal start (the
-// ordered dQ sums, key block j after j - 1: see kg_fb_order).
+// ordered dQ sums, key block j after j - 1: see kg_fb_order), unless the
+// walk is rotated: it then starts at the rot-th of its blocks (0 <= rot <
+// nq) and wraps around (kg_fb_rank).
 template <int FUSED>
-__device__ static __forceinline__ void kg_fb_step(int t, int G, int nq, int istart, int last, int *g, int *i0) {
-    if (FUSED) *g = t % G, *i0 = last - t / G * FB_BM;
+__device__ static __forceinline__ void kg_fb_step(int t, int G, int nq, int istart, int last, int rot, int *g,
+                                                  int *i0) {
+    if (FUSED) *g = t % G, *i0 = last - kg_fb_pos(t / G, rot, nq) * FB_BM;
     else *g = t / nq, *i0 = istart + t % nq * FB_BM;
 }
 // The walk's query blocks per head: rows istart .. Sq - 1 (Sq > istart).
@@ -3517,7 +3573,8 @@ __device__ static inline void kg_fb_dkdv_produce(const kg_tmap *tq, const kg_tma
                                                  const kg_tmap *tv, const float *LSE, const float *Dsum,
                                                  float *stat, unsigned sk, unsigned sqd, unsigned kvbar,
                                                  unsigned full, unsigned empty, int lane, int hk, int G, int k0,
-                                                 int j0, int q0, int Sq, int Hq, int istart, int last, int nq) {
+                                                 int j0, int q0, int Sq, int Hq, int istart, int last, int nq,
+                                                 int rot) {
     const int CH = D / 64, KVB = FB_KV_BYTES(D), QB = FB_Q_BYTES(D);
     const float ninf = kg_neg_inf();
     if (lane == 0) {
@@ -3531,7 +3588,7 @@ __device__ static inline void kg_fb_dkdv_produce(const kg_tmap *tq, const kg_tma
     unsigned phase = 0;
     for (int t = 0; t < G * nq; t++) {
         int g, i0;
-        kg_fb_step<FUSED>(t, G, nq, istart, last, &g, &i0);
+        kg_fb_step<FUSED>(t, G, nq, istart, last, rot, &g, &i0);
         const int h = hk * G + g;
         const unsigned q = sqd + 2 * s * QB;
         kg_bar_wait(empty + 8 * s, phase ^ 1);
@@ -3580,30 +3637,35 @@ __device__ static __forceinline__ void kg_fb_lock_write(int *p, int v) {
 // The fused pass's dQ warp (lane 0; the other lanes leave): for each step,
 // once the consumers have put the step's dQ partial (FB_BM x D fp32) in
 // shared buffer t % 2 from sdq (its dqfull, at dqfull + 8·(t % 2)), wait
-// until the slab's lock says that key blocks 0 .. j-1 have added theirs,
-// then copy the partial into the slab (j = 0) or add it there (TMA bulk
-// reduce, fp32), free the buffer for the consumers (its dqempty, 16 bytes
-// on) once read, and pass the lock to block j + 1 once the
-// sum has landed.  One add per element per key block, in key-block order:
-// the sum is bitwise reproducible.  Key block j - 1 has the lower linear
-// block index (x fastest), in the plain grid and in kg_fb_order's:
-// deadlock-free as long as blocks are dispatched in that order (the
+// until the slab's lock says that the key blocks before j in the slab's
+// order have added theirs, then copy the partial into the slab (the first)
+// or add it there (TMA bulk reduce, fp32), free the buffer for the
+// consumers (its dqempty, 16 bytes on) once read, and pass the lock on once
+// the sum has landed.  The order: key blocks 0, 1, ... in a plain walk
+// (rank = j; nkb = 0); in a rotated one (rot = j mod R, nkb key blocks in
+// the sequence), kg_fb_rank's.  One add per element per key block, in a
+// fixed order: the sum is bitwise reproducible.
+// Deadlock-free as long as blocks are dispatched in linear order (the
 // hardware's in-order dispatch; FlashAttention-3's deterministic backward
-// relies on the same).
+// relies on the same): in the plain walk block j waits only for blocks of
+// lower linear index (x fastest, in the plain grid and in kg_fb_order's);
+// a rotated one also waits for later blocks of its (sequence, KV head),
+// so kg_fb_dkdv rotates only when all nkb of them fit on the device at once.
 template <int D>
 __device__ static inline void kg_fb_dq_sum(float *acc, int *locks, unsigned sdq, unsigned dqfull, int lane, int j,
-                                           int slab0, int nslab, int G, int last, int nq) {
+                                           int slab0, int nslab, int G, int last, int nq, int rot, int nkb, int R) {
     if (lane != 0) return;
     for (int t = 0; t < G * nq; t++) {
         int g, i0;
-        kg_fb_step<1>(t, G, nq, 0, last, &g, &i0);
+        kg_fb_step<1>(t, G, nq, 0, last, rot, &g, &i0);
         const int slab = slab0 + g * nslab + i0 / FB_BM;
+        const int rank = nkb > 0 ? kg_fb_rank(j, (last - i0) / FB_BM, nkb, nq, R) : j;
         const unsigned buf = sdq + (t & 1) * FB_DQ_PART_BYTES(D), bar = dqfull + 8 * (t & 1);
         kg_bar_wait(bar, (t >> 1) & 1);
         float *dst = acc + (kg_i64)slab * FB_BM * D;
-        if (j > 0 && !FB_DQ_ATOMIC)
-            while (kg_fb_lock_read(locks + slab) != j) {}
-        if (j == 0 && !FB_DQ_ATOMIC)
+        if (rank > 0 && !FB_DQ_ATOMIC)
+            while (kg_fb_lock_read(locks + slab) != rank) {}
+        if (rank == 0 && !FB_DQ_ATOMIC)
             asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;"
                          ::"l"(dst), "r"(buf), "r"(FB_BM * D * 4) : "memory");
         else
@@ -3614,7 +3676,7 @@ __device__ static inline void kg_fb_dq_sum(float *acc, int *locks, unsigned sdq,
         kg_bar_arrive(bar + 16);   // the consumers' dqempty of this buffer
         asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
         asm volatile("fence.proxy.async.global;" ::: "memory");
-        kg_fb_lock_write(locks + slab, j + 1);
+        kg_fb_lock_write(locks + slab, rank + 1);
     }
 }
 
@@ -3692,12 +3754,13 @@ __device__ static __forceinline__ void kg_fb_dq_issue(float *dq, unsigned sds, u
 
 // The body of kg_attn_bwd_dkdv_sm90_d<D>_<dt> (FUSED = 0) and of
 // kg_attn_bwd_fused_sm90_d<D>_<dt> (FUSED = 1: also dQ, summed in fp32
-// slabs at acc under locks; see the section comment).
+// slabs at acc under locks; see the section comment; nres: the blocks the
+// device holds at once, which bounds the rotated walk).
 template <int D, int BF, int FUSED>
 __device__ static inline void kg_fb_dkdv(const kg_tmap *tq, const kg_tmap *tdo, const kg_tmap *tk, const kg_tmap *tv,
                                          const float *LSE, const float *Dsum, kg_u16 *dK, kg_u16 *dV, float *acc,
                                          int *locks, int nslab, const int *cu_q, const int *cu_k, int Hq, int Hkv,
-                                         int Dh, float scale, int causal) {
+                                         int Dh, float scale, int causal, int nres) {
     static_assert(!FUSED || (D == 128 && FB_BM == 64), "the fused backward: head dim 128, FB_BM 64");
     const int CH = D / 64, KVB = FB_KV_BYTES(D), QB = FB_Q_BYTES(D);
     extern __shared__ unsigned char kg_dsmem[];
@@ -3719,6 +3782,15 @@ __device__ static inline void kg_fb_dkdv(const kg_tmap *tq, const kg_tmap *tdo, 
     const long long first = causal ? (long long)j0 - diag : 0;   // the first query row that sees key j0
     const int istart = first < 0 ? 0 : first > Sq ? Sq : (int)first, nq = kg_fb_blocks<FUSED>(istart, Sq);
     const int last = Sq > 0 ? (Sq - 1) / FB_BM * FB_BM : 0;   // the fused walk's first block
+    // Without a mask and without GQA the fused walk is rotated (kg_fb_rank)
+    // over a span of R = FB_ROTATE query blocks (or all nq), when the
+    // sequence's nkb key blocks all fit on the device at once.  Measured
+    // (B1 S4096 d128 bf16, 7 rounds, time of the plain walk / rotated):
+    // H32 span 32 1.074, 64 1.068, 16 0.977; H32:8 span 8 1.003, 4 0.974,
+    // 32 0.955, 64 0.976.
+    const int R = G > 1 ? 1 : FB_ROTATE < nq ? FB_ROTATE : nq;
+    const int nkb = (Sk + FB_BN - 1) / FB_BN, rotated = FUSED && !causal && R > 1 && nkb <= nres;
+    const int rot = rotated ? jb % R : 0;
     if (tid == 0) {
         kg_bar_init(kvbar, 1);
         for (int s = 0; s < FB_STAGES; s++) {
@@ -3739,10 +3811,10 @@ __device__ static inline void kg_fb_dkdv(const kg_tmap *tq, const kg_tmap *tdo, 
         asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(FUSED ? 40 : 24));
         if (warp == 0)
             kg_fb_dkdv_produce<D, FUSED>(tq, tdo, tk, tv, LSE, Dsum, stat, sk, sqd, kvbar, full, empty, lane, hk, G,
-                                         k0, j0, q0, Sq, Hq, istart, last, nq);
+                                         k0, j0, q0, Sq, Hq, istart, last, nq, rot);
         else if (FUSED && warp == 1)
             kg_fb_dq_sum<D>(acc, locks, sdq, dqfull, lane, jb, (int)kg_fb_slab(hk * G, nslab, q0, b, 0),
-                            nslab, G, last, nq);
+                            nslab, G, last, nq, rot, rotated ? nkb : 0, R);
         return;
     }
 
@@ -3759,7 +3831,7 @@ __device__ static inline void kg_fb_dkdv(const kg_tmap *tq, const kg_tmap *tdo, 
     unsigned phase = 0;
     for (int t = 0; t < G * nq; t++) {
         int g, i0;
-        kg_fb_step<FUSED>(t, G, nq, istart, last, &g, &i0);
+        kg_fb_step<FUSED>(t, G, nq, istart, last, rot, &g, &i0);
         const unsigned q = sqd + 2 * s * QB, dO = q + QB;
         const float *lse2 = stat + 2 * FB_BM * s, *dsum = lse2 + FB_BM;
         kg_bar_wait(full + 8 * s, phase);
@@ -3768,6 +3840,7 @@ __device__ static inline void kg_fb_dkdv(const kg_tmap *tq, const kg_tmap *tdo, 
         kg_wg_wait<1>();
         kg_wg_touch<FB_BM / 2>(st);
         if (causal && j0 + c * 64 + 63 > i0 + diag) kg_fb_mask_t<FB_BM>(st, i0, kr, diag, lane);
+        if (FUSED && !causal && j0 + c * 64 + 63 >= Sk) kg_fb_mask_keys<FB_BM>(st, kr, Sk);
         kg_fb_p_cols<FB_BM>(st, lse2, sl2, lane);
         if (!FUSED) {
             kg_fa_to_p<FB_BM, BF>(st, pt);
@@ -3952,7 +4025,7 @@ __device__ static inline void kg_fb_dq_post(const float *acc, kg_u16 *dQ, const 
                                        int causal)                                                         \
     {                                                                                                    \
         kg_fb_dkdv<D, BF, 0>(&tq, &tdo, &tk, &tv, LSE, Dsum, dK, dV, 0, 0, 0, cu_q, cu_k, Hq, Hkv, Dh, scale, \
-                             causal);                                                                     \
+                             causal, 0);                                                                 \
     }                                                                                                    \
     extern "C" __global__ void __launch_bounds__(384, 1)                                                 \
     kg_attn_bwd_dq_sm90_d##D##_##sfx(const __grid_constant__ kg_tmap tq, const __grid_constant__ kg_tmap tdo, \
@@ -3978,10 +4051,10 @@ KG_FB_SM90_ENTRY(128, bf16, 1)
                                         const __grid_constant__ kg_tmap tk, const __grid_constant__ kg_tmap tv,  \
                                         const float *LSE, const float *Dsum, kg_u16 *dK, kg_u16 *dV,          \
                                         float *acc, int *locks, int nslab, const int *cu_q, const int *cu_k,    \
-                                        int Hq, int Hkv, int Dh, float scale, int causal)                     \
+                                        int Hq, int Hkv, int Dh, float scale, int causal, int nres)      \
     {                                                                                                    \
         kg_fb_dkdv<D, BF, 1>(&tq, &tdo, &tk, &tv, LSE, Dsum, dK, dV, acc, locks, nslab, cu_q, cu_k, Hq, Hkv, Dh, \
-                             scale, causal);                                                              \
+                             scale, causal, nres);                                                       \
     }                                                                                                    \
     extern "C" __global__ void __launch_bounds__(256)                                                    \
     kg_attn_bwd_dq_post_sm90_d##D##_##sfx(const float *acc, kg_u16 *dQ, const int *cu_q, const int *cu_k,    \

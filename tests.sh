@@ -1093,6 +1093,30 @@ if ! mfma_check "$tmp/mfp3" 's|return j % (MF_BM / 64) ? -1 : 64 \* j;|return 64
     ok "planted: grouped blocks that all compute are named on both offset lists (rows in two blocks)"
 else bad "planted grouped rows: $(head -c 400 "$tmp/mfp3/out")"; fi
 
+echo "== the fused attention backward's rotated walk on the CPU (.ci/fb_rank_check.c)"
+# fb_rank_check DIR [SED]: the kgate-fbrank block of kernels.hip (SED applied to it: a planted fault)
+# and the check, built and run in DIR
+fb_rank_check() {
+    mkdir -p "$1"
+    awk '/>>> kgate-fbrank/{p=1; next} /<<< kgate-fbrank/{p=0} p' kernels.hip | sed "${2:-}" >"$1/fbrank.h"
+    cp .ci/fb_rank_check.c "$1/" && cc -std=c11 -Wall -Wextra -Werror -O2 -o "$1/check" "$1/fb_rank_check.c" >"$1/build" 2>&1 \
+        && "$1/check" >"$1/out" 2>&1
+}
+if fb_rank_check "$tmp/fbr" && grep -q "^exact: [0-9]* walks" "$tmp/fbr/out"; then
+    ok "the rotated walk (kg_fb_pos, kg_fb_rank): $(sed -n 's/^exact: //p' "$tmp/fbr/out"); $(sed -n 's/^one block short of resident: //p' "$tmp/fbr/out") with one block short of resident (hence kgate's nres bound)"
+else bad "rotated walk: $(head -c 600 "$tmp/fbr/build" "$tmp/fbr/out" 2>/dev/null)"; fi
+# planted: the ranks' tie-break dropped (two blocks of one rank: on the H200 the watchdog named the hang);
+# a walk that does not wrap
+if ! fb_rank_check "$tmp/fbp1" 's|kg_fb_below(s, nq, r) + j / R;|kg_fb_below(s, nq, r);|' \
+    && grep -q "^WRONG: rank nq 1 R 1 nkb 2: position 0 has rank 0 2 times" "$tmp/fbp1/out" \
+    && grep -q "^WRONG: locks .* wait for ever with all blocks resident" "$tmp/fbp1/out"; then
+    ok "planted: ranks without their tie-break are named (a rank held twice, the locks waiting for ever)"
+else bad "planted rank tie-break: $(head -c 400 "$tmp/fbp1/out")"; fi
+if ! fb_rank_check "$tmp/fbp2" 's|return u + rot < nq ? u + rot : u + rot - nq;|return u + rot < nq ? u + rot : u;|' \
+    && grep -q "^WRONG: walk nq 2 R 2: key block 1 meets position 0 0 times" "$tmp/fbp2/out"; then
+    ok "planted: a rotated walk that does not wrap is named (a position never met)"
+else bad "planted walk: $(head -c 400 "$tmp/fbp2/out")"; fi
+
 echo "== kgate isa: matrix instructions, registers, LDS and spills per kernel (gfx942 by clang-19, no GPU)"
 # col KERNEL COLUMN : the value under COLUMN (a heading of kgate isa's table) in KERNEL's row of $tmp/out
 col() {
@@ -1427,9 +1451,9 @@ if [ -x "$nvcc" ] && [ -x "$ptxas" ]; then
     [ -z "$probs" ] && ! grep -q "kg_attn_bwd_fused_sm90_smem_d128" "$tmp/k90.ptx" \
         && ok "-D FB_FUSED=0 (the backward's two passes at head dim 128 too) builds the same way, and does not publish the fused pass's shared memory" \
         || bad "sm_90a, FB_FUSED=0: ${probs:-the build still publishes kg_attn_bwd_fused_sm90_smem_d128}"
-    probs=$(sm90_ptx_check -DWG_CLUSTER=2 -DWG_STORE_V4=0 -DFB_DQ_ATOMIC=1 -DWG_BN=128)
-    [ -z "$probs" ] && ok "the knobs' other side (-D WG_CLUSTER=2 -D WG_STORE_V4=0 -D FB_DQ_ATOMIC=1 -D WG_BN=128) builds the same way: wgmma, no spill, no warning" \
-        || bad "sm_90a, WG_CLUSTER=2 WG_STORE_V4=0 FB_DQ_ATOMIC=1 WG_BN=128: $probs"
+    probs=$(sm90_ptx_check -DWG_CLUSTER=2 -DWG_STORE_V4=0 -DFB_DQ_ATOMIC=1 -DFB_ROTATE=1 -DWG_BN=128)
+    [ -z "$probs" ] && ok "the knobs' other side (-D WG_CLUSTER=2 -D WG_STORE_V4=0 -D FB_DQ_ATOMIC=1 -D FB_ROTATE=1 -D WG_BN=128) builds the same way: wgmma, no spill, no warning" \
+        || bad "sm_90a, WG_CLUSTER=2 WG_STORE_V4=0 FB_DQ_ATOMIC=1 FB_ROTATE=1 WG_BN=128: $probs"
     grep -q "\.reqnctapercluster 2, 1, 1" "$tmp/k90.ptx" && grep -q "multicast::cluster" "$tmp/k90.ptx" \
         && ok "-D WG_CLUSTER=2: the entries ask for clusters of 2 and load with TMA multicast" \
         || bad "-D WG_CLUSTER=2: no .reqnctapercluster 2, 1, 1 or no multicast in the PTX"

@@ -352,7 +352,9 @@ static void attn_bwd_args(struct run *r, struct attn_bwd_args *x, unsigned q_row
  * kg_attn_bwd_fused_sm90_d128_<dt> on grid (ceil(longest Sk / 128), Hkv, B),
  * 384 threads, with Q and dO in boxes of 64 rows and K and V of 128 (dK,
  * dV and the dQ sums), then kg_attn_bwd_dq_post_sm90_d128_<dt> on grid
- * (ceil(longest Sq / 64), Hq, B), 256 threads (dQ). */
+ * (ceil(longest Sq / 64), Hq, B), 256 threads (dQ).  The fused kernel is
+ * told the device's SM count: its rotated walk (no mask) makes a key block
+ * wait for later blocks of its head, safe only when they all fit at once. */
 static void attn_sm90_bwd_fused(struct run *r)
 {
     static const char *const fused[DT_COUNT] = { NULL, "kg_attn_bwd_fused_sm90_d128_f16",
@@ -367,8 +369,9 @@ static void attn_sm90_bwd_fused(struct run *r)
         dev_fill(r->d, a->dq_slabs, 0, attn_slab_bytes(a));
     else
         dev_fill(r->d, a->dq_locks, 0, a->g.hq * (size_t)a->nslab * sizeof(int));
+    int nres = (int)dev_sms(r->d);   /* one block an SM: the blocks that run at once (a rotated walk's bound) */
     void *kp[] = { &x.tq,       &x.tdo,    &x.tk,     &x.tv,  &x.L,    &a->dsum, &x.dK,      &x.dV, &a->dq_slabs,
-                   &a->dq_locks, &a->nslab, &a->dcu_q, &a->dcu_k, &x.hq, &x.hkv,   &x.d, &x.scale, &x.causal };
+                   &a->dq_locks, &a->nslab, &a->dcu_q, &a->dcu_k, &x.hq, &x.hkv,   &x.d, &x.scale, &x.causal, &nres };
     struct launch_dims l = { { (unsigned)((a->max_sk + 127) / 128), (unsigned)x.hkv, (unsigned)a->g.b }, 384,
                              (unsigned)r->d->arm->attn_bwd_fused_smem, 0 };
     gpu_launch_dims(r->d, fused[t], &l, kp);
