@@ -1048,13 +1048,18 @@ else
 fi
 
 echo "== gfx942 MFMA index math on the CPU (.ci/mfma_check.c against AMD's calculator tables)"
-# mfma_check DIR [SED]: the kgate-index block of kernels.hip (SED applied to it: a planted fault) and the
-# check, built and run in DIR
+# block_check MARK HEADER CHECK DIR SED [ARG ...]: the blocks of kernels.hip between its MARK marks (plain C),
+# SED applied to them (a planted fault; "" for none), as DIR/HEADER, and .ci/CHECK built beside them and
+# run with the ARGs: DIR/build holds the compiler's output, DIR/out the check's
+block_check() {
+    mkdir -p "$4"
+    awk -v m="$1" '$0 ~ ">>> " m {p=1; next} $0 ~ "<<< " m {p=0} p' kernels.hip | sed "$5" >"$4/$2"
+    cp ".ci/$3" "$4/" && cc -std=c11 -Wall -Wextra -Werror -O2 -o "$4/check" "$4/$3" -lm >"$4/build" 2>&1 \
+        && "$4/check" "${@:6}" >"$4/out" 2>&1
+}
+# mfma_check DIR [SED]: the kgate-index blocks and .ci/mfma_check.c against AMD's tables, in DIR
 mfma_check() {
-    mkdir -p "$1"
-    awk '/>>> kgate-index/{p=1; next} /<<< kgate-index/{p=0} p' kernels.hip | sed "${2:-}" >"$1/mfidx.h"
-    cp .ci/mfma_check.c "$1/" && cc -std=c11 -Wall -Wextra -Werror -O2 -o "$1/check" "$1/mfma_check.c" -lm >"$1/build" 2>&1 \
-        && "$1/check" .ci/mfma_gfx942_32x32x8.txt .ci/mfma_gfx942_32x32x16_fp8.txt >"$1/out" 2>&1
+    block_check kgate-index mfidx.h mfma_check.c "$1" "${2:-}" .ci/mfma_gfx942_32x32x8.txt .ci/mfma_gfx942_32x32x16_fp8.txt
 }
 if mfma_check "$tmp/mfi"; then
     ok "kernels.hip's MFMA index functions: the lane layouts of A, B and D agree with the calculator's tables (32x32x8 and fp8 32x32x16); $(grep -c '^exact: [0-9]' "$tmp/mfi/out") 16-bit tiles exact (both majors of each operand, tails, K = 0), $(grep -c '^exact: fp8' "$tmp/mfi/out") fp8 tiles; grouped rows each in one block ($(grep -c '^exact: grouped' "$tmp/mfi/out") offset lists); the attention forward's row reductions, and $(grep -c '^agree: attention' "$tmp/mfi/out") heads within 1e-9 of softmax in double (causal, tails, no key)"
@@ -1094,14 +1099,8 @@ if ! mfma_check "$tmp/mfp3" 's|return j % (MF_BM / 64) ? -1 : 64 \* j;|return 64
 else bad "planted grouped rows: $(head -c 400 "$tmp/mfp3/out")"; fi
 
 echo "== the fused attention backward's rotated walk on the CPU (.ci/fb_rank_check.c)"
-# fb_rank_check DIR [SED]: the kgate-fbrank block of kernels.hip (SED applied to it: a planted fault)
-# and the check, built and run in DIR
-fb_rank_check() {
-    mkdir -p "$1"
-    awk '/>>> kgate-fbrank/{p=1; next} /<<< kgate-fbrank/{p=0} p' kernels.hip | sed "${2:-}" >"$1/fbrank.h"
-    cp .ci/fb_rank_check.c "$1/" && cc -std=c11 -Wall -Wextra -Werror -O2 -o "$1/check" "$1/fb_rank_check.c" >"$1/build" 2>&1 \
-        && "$1/check" >"$1/out" 2>&1
-}
+# fb_rank_check DIR [SED]: the kgate-fbrank block and .ci/fb_rank_check.c, in DIR
+fb_rank_check() { block_check kgate-fbrank fbrank.h fb_rank_check.c "$1" "${2:-}"; }
 if fb_rank_check "$tmp/fbr" && grep -q "^exact: [0-9]* walks" "$tmp/fbr/out"; then
     ok "the rotated walk (kg_fb_pos, kg_fb_rank): $(sed -n 's/^exact: //p' "$tmp/fbr/out"); $(sed -n 's/^one block short of resident: //p' "$tmp/fbr/out") with one block short of resident (hence kgate's nres bound)"
 else bad "rotated walk: $(head -c 600 "$tmp/fbr/build" "$tmp/fbr/out" 2>/dev/null)"; fi

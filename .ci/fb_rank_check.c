@@ -69,13 +69,11 @@ int main(void)
             for (int nkb = 1; nkb <= NKB_MAX; nkb++) {
                 walks++;
                 for (int p = 0; p < nq; p++) {
-                    int seen[NKB_MAX] = { 0 };
+                    int seen[NKB_MAX] = { 0 }, at[NKB_MAX];
+                    for (int j = 0; j < nkb; j++) at[j] = meet(j, p, nq, R, &bad);
                     for (int j = 0; j < nkb; j++) {
-                        int u = meet(j, p, nq, R, &bad), want = 0;
-                        for (int k = 0; k < nkb; k++) {
-                            int v = meet(k, p, nq, R, &bad);
-                            want += v < u || (v == u && k < j);
-                        }
+                        int want = 0;
+                        for (int k = 0; k < nkb; k++) want += at[k] < at[j] || (at[k] == at[j] && k < j);
                         int got = kg_fb_rank(j, p, nkb, nq, R);
                         if (got != want && bad++ < 5)
                             printf("WRONG: rank nq %d R %d nkb %d: key block %d at position %d: %d, the (step, block) order says %d\n",
