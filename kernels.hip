@@ -3339,17 +3339,19 @@ KG_FA_SM90_ENTRY(256, bf16, 1)
 //   - Two passes, S and dP computed in each (7 products where a dQ summed
 //     across the dK/dV blocks needs 5): every sum runs in one fixed order
 //     with no atomics and no semaphores (deterministic).
-//   - Fused (FB_FUSED = 1, the default at head dim 128:
-//     kg_attn_bwd_fused_sm90_d128_<dt>, then kg_attn_bwd_dq_post_sm90_d128_<dt>;
-//     head dim 64 keeps the two passes): the dK/dV pass also computes dQ,
-//     5 products per step, in FlashAttention-3's order.  A consumer waits
+//   - Fused (FB_FUSED = 1, the default: kg_attn_bwd_fused_sm90_d<D>_<dt>,
+//     then kg_attn_bwd_dq_post_sm90_d<D>_<dt>): the dK/dV pass also computes dQ,
+//     5 products per step, in FlashAttention-3's order, over FB_FBM(D)
+//     query rows a step (64; at head dim 64, FB_BM64 = 128, as FA3's).  A consumer waits
 //     for S^T and dP^T, makes P^T and dS^T and rounds both to A fragments
 //     (so that the fp32 scores are gone before dQ's accumulators are live:
 //     the loop fits 232 registers), issues dV += P^T·dO from registers,
 //     stores dS^T into shared buffer t % 2 (double-buffered; both
-//     consumers meet on named barrier 1), then issues dQ's partial for its
-//     64 columns, dS·K (A and B MN-major), and dK += dS^T·Q from registers,
-//     and writes the partial into one of two shared buffers while dK runs.
+//     consumers meet on named barrier 1), then issues its 64 x 64 of dQ's
+//     partial, dS·K (A and B MN-major: head dim 128, its 64 columns; 64
+//     with 128 rows, its 64 rows; 64 with 64 rows, the whole step, the
+//     consumers in turn), and dK += dS^T·Q from registers, and writes the
+//     partial into one of two shared buffers (one at 128 rows) while dK runs.
 //     The dQ warp (producer warpgroup, warp 1) adds each partial into the
 //     step's fp32 slab with one TMA bulk reduce, after key blocks 0 .. j-1
 //     have added theirs (a lock per slab, acquire/release at GPU scope):
@@ -3381,8 +3383,8 @@ KG_FA_SM90_ENTRY(256, bf16, 1)
 #define FB_DQ_BN 64                        // dQ: keys per block (the N of S, dP): 64 or 128
 #endif
 #ifndef FB_FUSED
-#define FB_FUSED 1                         // 1: head dim 128 runs the fused pass (dQ summed across key blocks in
-#endif                                     // order; faster as measured: README); 0: the two passes, as head dim 64
+#define FB_FUSED 1                         // 1: head dims 64 and 128 run the fused pass (dQ summed across key
+#endif                                     // blocks in order; faster as measured: README); 0: the two passes
 #ifndef FB_SECTION
 #define FB_SECTION 16                      // the fused pass's dispatch: (sequence, KV head) pairs a section (kg_fb_order)
 #endif
@@ -3392,31 +3394,49 @@ KG_FA_SM90_ENTRY(256, bf16, 1)
 #ifndef FB_DQ_ATOMIC
 #define FB_DQ_ATOMIC 0                     // 1: the fused pass adds dQ in any order, no locks (kgate zeroes the
 #endif                                     // slabs first): not bitwise reproducible, so declared as atomics
+#ifndef FB_BM64
+#define FB_BM64 128                        // the fused pass at head dim 64: query rows per step (64 or 128)
+#endif
 #if FB_FUSED && FB_BM != 64
 #error "FB_FUSED needs FB_BM 64"
+#endif
+#if FB_BM64 != 64 && FB_BM64 != 128
+#error "FB_BM64 must be 64 or 128"
 #endif
 #if (FB_BM != 64 && FB_BM != 128) || (FB_DQ_BN != 64 && FB_DQ_BN != 128) || FB_STAGES < 2
 #error "FB_BM and FB_DQ_BN must be 64 or 128, FB_STAGES at least 2"
 #endif
 #define FB_BN 128                          // dK/dV: keys per block, 2 consumer warpgroups x 64
 #define FB_KV_BYTES(D) (FB_BN * (D) * 2)
-#define FB_Q_BYTES(D) (FB_BM * (D) * 2)
+#define FB_QM_BYTES(M, D) ((M) * (D) * 2)
+#define FB_Q_BYTES(D) FB_QM_BYTES(FB_BM, D)
 #define FB_DQ_KV_BYTES(D) (FB_DQ_BN * (D) * 2)
 // dK/dV: K, V, the stages' Q and dO, their LSE·log2e and Dsum (FB_BM floats
 // each), 1 KiB to align to the swizzle, the barriers (K/V's, full[s], empty[s]).
-#define FB_SMEM(D) (2 * FB_KV_BYTES(D) + FB_STAGES * (2 * FB_Q_BYTES(D) + 8 * FB_BM) + 1024 + 8 * (1 + 2 * FB_STAGES))
+// M query rows a step (FB_BM; the fused pass: FB_FBM(D)).
+#define FB_SMEM_M(M, D) (2 * FB_KV_BYTES(D) + FB_STAGES * (2 * FB_QM_BYTES(M, D) + 8 * (M)) + 1024 + 8 * (1 + 2 * FB_STAGES))
+#define FB_SMEM(D) FB_SMEM_M(FB_BM, D)
 // dQ: Q and dO (128 rows each), the stages' K and V, the alignment, the
 // barriers (Q/dO's, full[s], empty[s]).
 #define FB_DQ_SMEM(D) (2 * FA_Q_BYTES(D) + FB_STAGES * 2 * FB_DQ_KV_BYTES(D) + 1024 + 8 * (1 + 2 * FB_STAGES))
-// Fused (FB_FUSED, head dim 128): the dK/dV pass's layout plus two dS^T
-// buffers (FB_BN keys x FB_BM rows each), two dQ partials (FB_BM x D fp32)
-// and their barriers (full and empty of each).
-#define FB_DS_BYTES (FB_BN * FB_BM * 2)
-#define FB_DQ_PART_BYTES(D) (FB_BM * (D) * 4)
-#define FB_FUSED_SMEM(D) (FB_SMEM(D) + 2 * FB_DS_BYTES + 2 * FB_DQ_PART_BYTES(D) + 32)
+// Fused (FB_FUSED): FB_FBM(D) query rows a step (FB_BM 64; at head dim 64
+// FB_BM64); the dK/dV pass's layout plus two dS^T buffers (FB_BN keys x M
+// rows each), FB_DQ_NBUF(M) dQ partials (M x D fp32: two, or one at 128
+// rows, where two would pass the 227 KiB an SM holds) and their barriers
+// (full and empty of two).
+#define FB_FBM(D) ((D) == 64 ? FB_BM64 : FB_BM)
+#define FB_DS_BYTES(M) (FB_BN * (M) * 2)
+#define FB_DQ_PART_BYTES(M, D) ((M) * (D) * 4)
+#define FB_DQ_NBUF(M) ((M) == 128 ? 1 : 2)
+#define FB_FUSED_SMEM_M(M, D) (FB_SMEM_M(M, D) + 2 * FB_DS_BYTES(M) + FB_DQ_NBUF(M) * FB_DQ_PART_BYTES(M, D) + 32)
+#define FB_FUSED_SMEM(D) FB_FUSED_SMEM_M(FB_FBM(D), D)
 #if FB_FUSED
+extern "C" __device__ int kg_attn_bwd_fused_sm90_smem_d64 = FB_FUSED_SMEM(64);
 extern "C" __device__ int kg_attn_bwd_fused_sm90_smem_d128 = FB_FUSED_SMEM(128);
 extern "C" __device__ int kg_attn_bwd_fused_sm90_atomic = FB_DQ_ATOMIC;   // 1: kgate zeroes the dQ slabs
+// The fused pass's query rows a step: its Q and dO boxes and its slabs' rows.
+extern "C" __device__ int kg_attn_bwd_fused_sm90_bm_d64 = FB_FBM(64);
+extern "C" __device__ int kg_attn_bwd_fused_sm90_bm_d128 = FB_FBM(128);
 #endif
 extern "C" __device__ int kg_attn_bwd_sm90_smem_d64 = FB_SMEM(64);
 extern "C" __device__ int kg_attn_bwd_sm90_smem_d128 = FB_SMEM(128);
@@ -3542,40 +3562,40 @@ KG_FB_IX int kg_fb_rank(int j, int p, int nkb, int nq, int R) {
 }
 // <<< kgate-fbrank
 
-// The walk of a dK/dV block over its query rows: step t of `steps` is
-// query head hk·G + *g, rows from *i0.  Two passes (FUSED = 0): each head
-// of the group in turn, its blocks of FB_BM rows from the first visible
-// row `istart` on (nq of them).  Fused: the blocks of FB_BM rows aligned to
-// FB_BM, from the one at row `last` down to the one holding istart (nq of
+// The walk of a dK/dV block over its query rows, M a step: step t of
+// `steps` is query head hk·G + *g, rows from *i0.  Two passes (FUSED = 0):
+// each head of the group in turn, its blocks of M rows from the first
+// visible row `istart` on (nq of them).  Fused: the blocks of M rows
+// aligned to M, from the one at row `last` down to the one holding istart (nq of
 // them), each met once per head; every key block of a head then meets a
 // query block at the same step number whatever its causal start (the
 // ordered dQ sums, key block j after j - 1: see kg_fb_order), unless the
 // walk is rotated: it then starts at the rot-th of its blocks (0 <= rot <
 // nq) and wraps around (kg_fb_rank).
-template <int FUSED>
+template <int FUSED, int M>
 __device__ static __forceinline__ void kg_fb_step(int t, int G, int nq, int istart, int last, int rot, int *g,
                                                   int *i0) {
-    if (FUSED) *g = t % G, *i0 = last - kg_fb_pos(t / G, rot, nq) * FB_BM;
-    else *g = t / nq, *i0 = istart + t % nq * FB_BM;
+    if (FUSED) *g = t % G, *i0 = last - kg_fb_pos(t / G, rot, nq) * M;
+    else *g = t / nq, *i0 = istart + t % nq * M;
 }
 // The walk's query blocks per head: rows istart .. Sq - 1 (Sq > istart).
-template <int FUSED>
+template <int FUSED, int M>
 __device__ static __forceinline__ int kg_fb_blocks(int istart, int Sq) {
     if (Sq <= istart) return 0;
-    return FUSED ? (Sq - 1) / FB_BM - istart / FB_BM + 1 : (Sq - istart + FB_BM - 1) / FB_BM;
+    return FUSED ? (Sq - 1) / M - istart / M + 1 : (Sq - istart + M - 1) / M;
 }
 
 // The dK/dV producer warp: K and V once, then for each step of the walk
-// (kg_fb_step) the stage's Q, dO (lane 0, TMA) and LSE·log2e, Dsum (every
-// lane, then one arrival each).
-template <int D, int FUSED>
+// (kg_fb_step, M rows a step) the stage's Q, dO (lane 0, TMA) and
+// LSE·log2e, Dsum (every lane, then one arrival each).
+template <int D, int FUSED, int M>
 __device__ static inline void kg_fb_dkdv_produce(const kg_tmap *tq, const kg_tmap *tdo, const kg_tmap *tk,
                                                  const kg_tmap *tv, const float *LSE, const float *Dsum,
                                                  float *stat, unsigned sk, unsigned sqd, unsigned kvbar,
                                                  unsigned full, unsigned empty, int lane, int hk, int G, int k0,
                                                  int j0, int q0, int Sq, int Hq, int istart, int last, int nq,
                                                  int rot) {
-    const int CH = D / 64, KVB = FB_KV_BYTES(D), QB = FB_Q_BYTES(D);
+    const int CH = D / 64, KVB = FB_KV_BYTES(D), QB = FB_QM_BYTES(M, D);
     const float ninf = kg_neg_inf();
     if (lane == 0) {
         kg_bar_expect(kvbar, 2 * KVB);
@@ -3588,22 +3608,22 @@ __device__ static inline void kg_fb_dkdv_produce(const kg_tmap *tq, const kg_tma
     unsigned phase = 0;
     for (int t = 0; t < G * nq; t++) {
         int g, i0;
-        kg_fb_step<FUSED>(t, G, nq, istart, last, rot, &g, &i0);
+        kg_fb_step<FUSED, M>(t, G, nq, istart, last, rot, &g, &i0);
         const int h = hk * G + g;
         const unsigned q = sqd + 2 * s * QB;
         kg_bar_wait(empty + 8 * s, phase ^ 1);
         if (lane == 0) {
             kg_bar_expect(full + 8 * s, 2 * QB);
             for (int c = 0; c < CH; c++) {
-                kg_tma_load3(q + c * FB_BM * 128, tq, 64 * c, h, q0 + i0, full + 8 * s);
-                kg_tma_load3(q + QB + c * FB_BM * 128, tdo, 64 * c, h, q0 + i0, full + 8 * s);
+                kg_tma_load3(q + c * M * 128, tq, 64 * c, h, q0 + i0, full + 8 * s);
+                kg_tma_load3(q + QB + c * M * 128, tdo, 64 * c, h, q0 + i0, full + 8 * s);
             }
         }
-        for (int e = lane; e < FB_BM; e += 32) {
+        for (int e = lane; e < M; e += 32) {
             const int i = i0 + e;
             const float lse = i < Sq ? LSE[(kg_i64)(q0 + i) * Hq + h] : ninf;
-            stat[2 * FB_BM * s + e] = lse == ninf ? -ninf : lse * 1.4426950408889634f;
-            stat[2 * FB_BM * s + FB_BM + e] = i < Sq ? Dsum[(kg_i64)(q0 + i) * Hq + h] : 0.0f;
+            stat[2 * M * s + e] = lse == ninf ? -ninf : lse * 1.4426950408889634f;
+            stat[2 * M * s + M + e] = i < Sq ? Dsum[(kg_i64)(q0 + i) * Hq + h] : 0.0f;
         }
         kg_bar_arrive(full + 8 * s);
         if (++s == FB_STAGES) s = 0, phase ^= 1;
@@ -3611,13 +3631,14 @@ __device__ static inline void kg_fb_dkdv_produce(const kg_tmap *tq, const kg_tma
 }
 
 // The fused pass's dQ slab of query head h, rows from i0 of sequence b
-// (first token q0): slabs of FB_BM rows x D fp32, nslab per head, slab
-// q0 / FB_BM + b + i0 / FB_BM (distinct across sequences; kgate allocates
-// Tq / FB_BM + B + 1 per head).  Element (r, col) of a slab lies at float
+// (first token q0): slabs of M rows x D fp32 (M = FB_FBM(D)), nslab per
+// head, slab q0 / M + b + i0 / M (distinct across sequences; kgate
+// allocates Tq / M + B + 1 per head).  Element (r, col) of a slab lies at float
 // r·D + 2·(col / 2 ^ (r % 8)·4) + col % 2: pairs swizzled so that the
 // consumers' stores from the accumulators meet no bank conflict.
+template <int M>
 __device__ static __forceinline__ kg_i64 kg_fb_slab(int h, int nslab, int q0, int b, int i0) {
-    return (kg_i64)h * nslab + q0 / FB_BM + b + i0 / FB_BM;
+    return (kg_i64)h * nslab + q0 / M + b + i0 / M;
 }
 __device__ static __forceinline__ __attribute__((unused)) int kg_fb_slab_at(int r, int col, int D) {   // unused at FB_BM 128
     return r * D + 2 * ((col >> 1) ^ ((r & 7) << 2)) + (col & 1);
@@ -3635,8 +3656,9 @@ __device__ static __forceinline__ void kg_fb_lock_write(int *p, int v) {
 }
 
 // The fused pass's dQ warp (lane 0; the other lanes leave): for each step,
-// once the consumers have put the step's dQ partial (FB_BM x D fp32) in
-// shared buffer t % 2 from sdq (its dqfull, at dqfull + 8·(t % 2)), wait
+// once the consumers have put the step's dQ partial (M x D fp32) in
+// shared buffer t % NB from sdq (NB = FB_DQ_NBUF(M); its dqfull, at
+// dqfull + 8·(t % NB)), wait
 // until the slab's lock says that the key blocks before j in the slab's
 // order have added theirs, then copy the partial into the slab (the first)
 // or add it there (TMA bulk reduce, fp32), free the buffer for the
@@ -3651,26 +3673,27 @@ __device__ static __forceinline__ void kg_fb_lock_write(int *p, int v) {
 // lower linear index (x fastest, in the plain grid and in kg_fb_order's);
 // a rotated one also waits for later blocks of its (sequence, KV head),
 // so kg_fb_dkdv rotates only when all nkb of them fit on the device at once.
-template <int D>
+template <int D, int M>
 __device__ static inline void kg_fb_dq_sum(float *acc, int *locks, unsigned sdq, unsigned dqfull, int lane, int j,
                                            int slab0, int nslab, int G, int last, int nq, int rot, int nkb, int R) {
+    const int NB = FB_DQ_NBUF(M);
     if (lane != 0) return;
     for (int t = 0; t < G * nq; t++) {
         int g, i0;
-        kg_fb_step<1>(t, G, nq, 0, last, rot, &g, &i0);
-        const int slab = slab0 + g * nslab + i0 / FB_BM;
-        const int rank = nkb > 0 ? kg_fb_rank(j, (last - i0) / FB_BM, nkb, nq, R) : j;
-        const unsigned buf = sdq + (t & 1) * FB_DQ_PART_BYTES(D), bar = dqfull + 8 * (t & 1);
-        kg_bar_wait(bar, (t >> 1) & 1);
-        float *dst = acc + (kg_i64)slab * FB_BM * D;
+        kg_fb_step<1, M>(t, G, nq, 0, last, rot, &g, &i0);
+        const int slab = slab0 + g * nslab + i0 / M;
+        const int rank = nkb > 0 ? kg_fb_rank(j, (last - i0) / M, nkb, nq, R) : j;
+        const unsigned buf = sdq + t % NB * FB_DQ_PART_BYTES(M, D), bar = dqfull + 8 * (t % NB);
+        kg_bar_wait(bar, t / NB & 1);
+        float *dst = acc + (kg_i64)slab * M * D;
         if (rank > 0 && !FB_DQ_ATOMIC)
             while (kg_fb_lock_read(locks + slab) != rank) {}
         if (rank == 0 && !FB_DQ_ATOMIC)
             asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;"
-                         ::"l"(dst), "r"(buf), "r"(FB_BM * D * 4) : "memory");
+                         ::"l"(dst), "r"(buf), "r"(M * D * 4) : "memory");
         else
             asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;"
-                         ::"l"(dst), "r"(buf), "r"(FB_BM * D * 4) : "memory");
+                         ::"l"(dst), "r"(buf), "r"(M * D * 4) : "memory");
         asm volatile("cp.async.bulk.commit_group;" ::: "memory");
         asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
         kg_bar_arrive(bar + 16);   // the consumers' dqempty of this buffer
@@ -3702,43 +3725,47 @@ __device__ static __forceinline__ void kg_fb_order(int *j, int *b, int *hk) {
     *j = (int)(in / w), *b = (int)(pair / gridDim.y), *hk = (int)(pair % gridDim.y);
 }
 
-// A consumer's dS^T (its 64 keys x FB_BM query rows), as the A fragments
-// of kg_fa_to_p (fragment e of step k: the rounded pair of accumulator
-// i = 2k + e / 2, row half e % 2), into the shared buffer at sbuf (all
-// FB_BN keys x FB_BM rows: 128-byte key rows of 64 query columns, 128-byte
-// swizzle, the 16-byte chunk ch of key row kl at chunk ch ^ kl % 8): the A
-// operand of dQ = dS·K (MN-major, all rows).  sbuf is 1024-byte aligned
+// A consumer's dS^T (its 64 keys x M query rows), as the A fragments of
+// kg_fa_to_p (fragment e of step k: the rounded pair of accumulator i =
+// 2k + e / 2, row half e % 2), into the shared buffer at sbuf (all FB_BN
+// keys x M rows, M / 64 chunks of FB_BN 128-byte key rows of 64 query
+// columns, 128-byte swizzle, the 16-byte chunk ch of key row kl at chunk
+// ch ^ kl % 8): the A operand of dQ = dS·K (MN-major, a chunk of rows).  sbuf is 1024-byte aligned
 // and kl % 8 = lane / 4, so each address is one add and one xor of two
 // per-thread values.
+template <int M>
 __device__ static __forceinline__ void kg_fb_put_ds(const unsigned (*p)[4], unsigned sbuf, int c, int warp, int lane) {
     unsigned row = sbuf + (c * 64 + warp * 16 + lane / 4) * 128 + 4 * (lane % 4), x = (lane / 4) << 4;
     asm volatile("" : "+r"(row));   // made here, each step (see kg_fb_put_dq)
 #pragma unroll
-    for (int k = 0; k < FB_BM / 16; k++)
+    for (int k = 0; k < M / 16; k++)
 #pragma unroll
         for (int e = 0; e < 4; e++)
-            asm volatile("st.shared.u32 [%0], %1;" ::"r"((row + (e & 1) * 1024 + ((2 * k + (e >> 1)) << 4)) ^ x),
+            asm volatile("st.shared.u32 [%0], %1;"
+                         ::"r"((row + k / 4 * FB_BN * 128 + (e & 1) * 1024 + ((2 * (k % 4) + (e >> 1)) << 4)) ^ x),
                          "r"(p[k][e]) : "memory");
 }
 
-// A consumer's dQ partial (64 query rows x its D/2 columns, accumulator
-// layout) into the shared slab image at sdq (1024-byte aligned; the layout
-// of kg_fb_slab_at, whose swizzle is then an xor of address bits 5-7).
-template <int D>
-__device__ static __forceinline__ void kg_fb_put_dq(const float *dq, unsigned sdq, int c, int warp, int lane) {
-    unsigned row = sdq + (warp * 16 + lane / 4) * D * 4 + 8 * (c * (D / 4) + lane % 4), x = (lane / 4) << 5;
+// A consumer's dQ partial (64 query rows from row0 x NC columns from
+// column col0, accumulator layout) into the shared slab image at sdq (1024-byte
+// aligned; the layout of kg_fb_slab_at, whose swizzle is then an xor of
+// address bits 5-7).
+template <int D, int NC>
+__device__ static __forceinline__ void kg_fb_put_dq(const float *dq, unsigned sdq, int row0, int col0, int warp,
+                                                    int lane) {
+    unsigned row = sdq + (row0 + warp * 16 + lane / 4) * D * 4 + 4 * col0 + 8 * (lane % 4), x = (lane / 4) << 5;
     asm volatile("" : "+r"(row));   // made here, each step: hoisted out of the loop, 16 addresses were spilled
 #pragma unroll
-    for (int i = 0; i < D / 16; i++)
+    for (int i = 0; i < NC / 8; i++)
 #pragma unroll
         for (int hh = 0; hh < 2; hh++)
             asm volatile("st.shared.v2.f32 [%0], {%1, %2};" ::"r"((row + hh * 8 * D * 4 + 32 * i) ^ x),
                          "f"(dq[4 * i + 2 * hh]), "f"(dq[4 * i + 2 * hh + 1]) : "memory");
 }
 
-// dQ partial = dS·K for one consumer's D/2 columns (FUSED pass, D = 128:
-// one 64-column chunk of K), issued and committed: dS (FB_BM x FB_BN) at
-// sds and K's chunk, both MN-major (wgmma's transposed A and B).
+// dQ partial = dS·K for 64 rows and 64 columns (a chunk of dS's rows at
+// sds, of K's columns at kc), issued and committed: both MN-major (wgmma's
+// transposed A and B).
 template <int BF>
 __device__ static __forceinline__ void kg_fb_dq_issue(float *dq, unsigned sds, unsigned kc) {
     kg_wg_fence();
@@ -3761,15 +3788,22 @@ __device__ static inline void kg_fb_dkdv(const kg_tmap *tq, const kg_tmap *tdo, 
                                          const float *LSE, const float *Dsum, kg_u16 *dK, kg_u16 *dV, float *acc,
                                          int *locks, int nslab, const int *cu_q, const int *cu_k, int Hq, int Hkv,
                                          int Dh, float scale, int causal, int nres) {
-    static_assert(!FUSED || (D == 128 && FB_BM == 64), "the fused backward: head dim 128, FB_BM 64");
-    const int CH = D / 64, KVB = FB_KV_BYTES(D), QB = FB_Q_BYTES(D);
+    static_assert(!FUSED || ((D == 64 || D == 128) && FB_BM == 64), "the fused backward: head dim 64 or 128, FB_BM 64");
+    // BM query rows a step.  The fused pass's dQ product per step (BM rows
+    // x D columns over the block's 128 keys) is NP products of 64 x 64: at
+    // head dim 128 each consumer takes 64 columns, at 64 with 128 rows 64
+    // rows; at 64 with 64 rows (NP = 1) the consumers take whole steps in
+    // turn (consumer t % 2), so that dQ needs no half-width product and the
+    // slab gets one partial a step.
+    const int BM = FUSED ? FB_FBM(D) : FB_BM, NP = BM / 64 * (D / 64), NB = FB_DQ_NBUF(BM);
+    const int CH = D / 64, KVB = FB_KV_BYTES(D), QB = FB_QM_BYTES(BM, D);
     extern __shared__ unsigned char kg_dsmem[];
     const unsigned base = (kg_smem_addr(kg_dsmem) + 1023u) & ~1023u;
     const unsigned sk = base, sqd = sk + 2 * KVB;                 // K, V; stage s: Q at sqd + 2s·QB, dO after it
-    const unsigned sds = sqd + 2 * FB_STAGES * QB;               // FUSED: two dS^T buffers, two dQ partials
-    const unsigned sdq = sds + (FUSED ? 2 * FB_DS_BYTES : 0);
-    const unsigned sst = sdq + (FUSED ? 2 * FB_DQ_PART_BYTES(D) : 0); // stage s: FB_BM LSE·log2e, then FB_BM Dsum
-    const unsigned kvbar = sst + 8 * FB_STAGES * FB_BM, full = kvbar + 8, empty = full + 8 * FB_STAGES;
+    const unsigned sds = sqd + 2 * FB_STAGES * QB;               // FUSED: two dS^T buffers, NB dQ partials
+    const unsigned sdq = sds + (FUSED ? 2 * FB_DS_BYTES(BM) : 0);
+    const unsigned sst = sdq + (FUSED ? NB * FB_DQ_PART_BYTES(BM, D) : 0); // stage s: BM LSE·log2e, then BM Dsum
+    const unsigned kvbar = sst + 8 * FB_STAGES * BM, full = kvbar + 8, empty = full + 8 * FB_STAGES;
     const unsigned dqfull = empty + 8 * FB_STAGES, dqempty = dqfull + 16;   // two of each
     float *stat = (float *)(kg_dsmem + (sst - kg_smem_addr(kg_dsmem)));
     const int tid = (int)kg_tid(), wg = tid / 128, warp = tid / 32 % 4, lane = tid % 32;
@@ -3780,8 +3814,8 @@ __device__ static inline void kg_fb_dkdv(const kg_tmap *tq, const kg_tmap *tdo, 
     const int j0 = jb * FB_BN;
     if (j0 >= Sk) return;   // the whole block leaves, before any barrier
     const long long first = causal ? (long long)j0 - diag : 0;   // the first query row that sees key j0
-    const int istart = first < 0 ? 0 : first > Sq ? Sq : (int)first, nq = kg_fb_blocks<FUSED>(istart, Sq);
-    const int last = Sq > 0 ? (Sq - 1) / FB_BM * FB_BM : 0;   // the fused walk's first block
+    const int istart = first < 0 ? 0 : first > Sq ? Sq : (int)first, nq = kg_fb_blocks<FUSED, BM>(istart, Sq);
+    const int last = Sq > 0 ? (Sq - 1) / BM * BM : 0;   // the fused walk's first block
     // Without a mask and without GQA the fused walk is rotated (kg_fb_rank)
     // over a span of R = FB_ROTATE query blocks (or all nq), when the
     // sequence's nkb key blocks all fit on the device at once.  Measured
@@ -3799,7 +3833,7 @@ __device__ static inline void kg_fb_dkdv(const kg_tmap *tq, const kg_tmap *tdo, 
         }
         if (FUSED) {
             for (int i = 0; i < 2; i++) {
-                kg_bar_init(dqfull + 8 * i, 256);
+                kg_bar_init(dqfull + 8 * i, 128 * NP);   // the consumers that write a partial
                 kg_bar_init(dqempty + 8 * i, 1);
             }
         }
@@ -3810,10 +3844,10 @@ __device__ static inline void kg_fb_dkdv(const kg_tmap *tq, const kg_tmap *tdo, 
     if (wg == 0) {
         asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(FUSED ? 40 : 24));
         if (warp == 0)
-            kg_fb_dkdv_produce<D, FUSED>(tq, tdo, tk, tv, LSE, Dsum, stat, sk, sqd, kvbar, full, empty, lane, hk, G,
+            kg_fb_dkdv_produce<D, FUSED, BM>(tq, tdo, tk, tv, LSE, Dsum, stat, sk, sqd, kvbar, full, empty, lane, hk, G,
                                          k0, j0, q0, Sq, Hq, istart, last, nq, rot);
         else if (FUSED && warp == 1)
-            kg_fb_dq_sum<D>(acc, locks, sdq, dqfull, lane, jb, (int)kg_fb_slab(hk * G, nslab, q0, b, 0),
+            kg_fb_dq_sum<D, BM>(acc, locks, sdq, dqfull, lane, jb, (int)kg_fb_slab<BM>(hk * G, nslab, q0, b, 0),
                             nslab, G, last, nq, rot, rotated ? nkb : 0, R);
         return;
     }
@@ -3821,8 +3855,8 @@ __device__ static inline void kg_fb_dkdv(const kg_tmap *tq, const kg_tmap *tdo, 
     asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(FUSED ? 232 : 240));
     const int c = wg - 1, kr = j0 + c * 64 + warp * 16 + lane / 4;   // this thread's keys: kr, kr + 8
     const float sl2 = scale * 1.4426950408889634f;
-    float dv[D / 2], dk[D / 2], st[FB_BM / 2], dpt[FB_BM / 2], dq[FUSED ? D / 4 : 1];
-    unsigned pt[FB_BM / 16][4], dst[FB_BM / 16][4];   // P^T, dS^T as A fragments
+    float dv[D / 2], dk[D / 2], st[BM / 2], dpt[BM / 2], dq[FUSED ? 32 : 1];
+    unsigned pt[BM / 16][4], dst[BM / 16][4];   // P^T, dS^T as A fragments
 #pragma unroll
     for (int i = 0; i < D / 2; i++) dv[i] = dk[i] = 0.0f;
     kg_bar_wait(kvbar, 0);
@@ -3831,25 +3865,25 @@ __device__ static inline void kg_fb_dkdv(const kg_tmap *tq, const kg_tmap *tdo, 
     unsigned phase = 0;
     for (int t = 0; t < G * nq; t++) {
         int g, i0;
-        kg_fb_step<FUSED>(t, G, nq, istart, last, rot, &g, &i0);
+        kg_fb_step<FUSED, BM>(t, G, nq, istart, last, rot, &g, &i0);
         const unsigned q = sqd + 2 * s * QB, dO = q + QB;
-        const float *lse2 = stat + 2 * FB_BM * s, *dsum = lse2 + FB_BM;
+        const float *lse2 = stat + 2 * BM * s, *dsum = lse2 + BM;
         kg_bar_wait(full + 8 * s, phase);
-        kg_fa_ss_issue<CH, FB_BM, BF>(st, kc, FB_BN * 128, q, FB_BM * 128);
-        kg_fa_ss_issue<CH, FB_BM, BF>(dpt, vc, FB_BN * 128, dO, FB_BM * 128);
+        kg_fa_ss_issue<CH, BM, BF>(st, kc, FB_BN * 128, q, BM * 128);
+        kg_fa_ss_issue<CH, BM, BF>(dpt, vc, FB_BN * 128, dO, BM * 128);
         kg_wg_wait<1>();
-        kg_wg_touch<FB_BM / 2>(st);
-        if (causal && j0 + c * 64 + 63 > i0 + diag) kg_fb_mask_t<FB_BM>(st, i0, kr, diag, lane);
-        if (FUSED && !causal && j0 + c * 64 + 63 >= Sk) kg_fb_mask_keys<FB_BM>(st, kr, Sk);
-        kg_fb_p_cols<FB_BM>(st, lse2, sl2, lane);
+        kg_wg_touch<BM / 2>(st);
+        if (causal && j0 + c * 64 + 63 > i0 + diag) kg_fb_mask_t<BM>(st, i0, kr, diag, lane);
+        if (FUSED && !causal && j0 + c * 64 + 63 >= Sk) kg_fb_mask_keys<BM>(st, kr, Sk);
+        kg_fb_p_cols<BM>(st, lse2, sl2, lane);
         if (!FUSED) {
-            kg_fa_to_p<FB_BM, BF>(st, pt);
-            kg_fa_rs_issue<FB_BM / 16, D, BF>(dv, pt, dO, FB_BM * 128);
+            kg_fa_to_p<BM, BF>(st, pt);
+            kg_fa_rs_issue<BM / 16, D, BF>(dv, pt, dO, BM * 128);
             kg_wg_wait<1>();
-            kg_wg_touch<FB_BM / 2>(dpt);
-            kg_fb_ds_cols<FB_BM>(dpt, st, dsum, lane);
-            kg_fa_to_p<FB_BM, BF>(dpt, dst);
-            kg_fa_rs_issue<FB_BM / 16, D, BF>(dk, dst, q, FB_BM * 128);
+            kg_wg_touch<BM / 2>(dpt);
+            kg_fb_ds_cols<BM>(dpt, st, dsum, lane);
+            kg_fa_to_p<BM, BF>(dpt, dst);
+            kg_fa_rs_issue<BM / 16, D, BF>(dk, dst, q, BM * 128);
             kg_wg_wait<0>();
             kg_wg_touch<D / 2>(dv);
             kg_wg_touch<D / 2>(dk);
@@ -3857,29 +3891,35 @@ __device__ static inline void kg_fb_dkdv(const kg_tmap *tq, const kg_tmap *tdo, 
             // P and dS both before any product that reads them, so that
             // S^T and dP^T in fp32 are gone before dQ's accumulators are
             // live (the loop fits its registers).  dS^T of both consumers
-            // goes to buffer t % 2 (the other may still feed the other
-            // consumer's dQ of step t - 1), under dV += P^T·dO; then dQ's
-            // chunk c (A: dS, all rows) and dK += dS^T·Q (A: registers);
-            // the dQ partial goes to shared memory while dK runs.
+            // goes to buffer t % 2 (the other may still feed a dQ product
+            // of step t - 1), under dV += P^T·dO; then dQ's product (A: a
+            // chunk of dS's rows, B: a chunk of K's columns; see NP) and
+            // dK += dS^T·Q (A: registers); the dQ partial goes to shared
+            // memory while dK runs.
+            const int mine = NP == 2 || (t & 1) == c, ub = t % NB, use = t / NB;
             kg_wg_wait<0>();
-            kg_wg_touch<FB_BM / 2>(dpt);
-            kg_fb_ds_cols<FB_BM>(dpt, st, dsum, lane);
-            kg_fa_to_p<FB_BM, BF>(st, pt);
-            kg_fa_to_p<FB_BM, BF>(dpt, dst);
-            kg_fa_rs_issue<FB_BM / 16, D, BF>(dv, pt, dO, FB_BM * 128);
-            const unsigned sdsb = sds + (t & 1) * FB_DS_BYTES;
-            kg_fb_put_ds(dst, sdsb, c, warp, lane);
+            kg_wg_touch<BM / 2>(dpt);
+            kg_fb_ds_cols<BM>(dpt, st, dsum, lane);
+            kg_fa_to_p<BM, BF>(st, pt);
+            kg_fa_to_p<BM, BF>(dpt, dst);
+            kg_fa_rs_issue<BM / 16, D, BF>(dv, pt, dO, BM * 128);
+            const unsigned sdsb = sds + (t & 1) * FB_DS_BYTES(BM);
+            kg_fb_put_ds<BM>(dst, sdsb, c, warp, lane);
             asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
             asm volatile("bar.sync 1, 256;" ::: "memory");
-            kg_fb_dq_issue<BF>(dq, sdsb, sk + c * FB_BN * 128);
-            kg_fa_rs_issue<FB_BM / 16, D, BF>(dk, dst, q, FB_BM * 128);
+            if (mine)
+                kg_fb_dq_issue<BF>(dq, sdsb + (BM == 128 ? c : 0) * FB_BN * 128, sk + (D == 128 ? c : 0) * FB_BN * 128);
+            kg_fa_rs_issue<BM / 16, D, BF>(dk, dst, q, BM * 128);
             kg_wg_wait<1>();
             kg_wg_touch<D / 2>(dv);
-            kg_wg_touch<D / 4>(dq);
-            kg_bar_wait(dqempty + 8 * (t & 1), ((t >> 1) & 1) ^ 1);   // the dQ warp has read step t - 2's partial
-            kg_fb_put_dq<D>(dq, sdq + (t & 1) * FB_DQ_PART_BYTES(D), c, warp, lane);
-            asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-            kg_bar_arrive(dqfull + 8 * (t & 1));
+            if (mine) {
+                kg_wg_touch<32>(dq);
+                kg_bar_wait(dqempty + 8 * ub, (use & 1) ^ 1);   // the dQ warp has read step t - NB's partial
+                kg_fb_put_dq<D, 64>(dq, sdq + ub * FB_DQ_PART_BYTES(BM, D), BM == 128 ? 64 * c : 0,
+                                    D == 128 ? 64 * c : 0, warp, lane);
+                asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+                kg_bar_arrive(dqfull + 8 * ub);
+            }
             kg_wg_wait<0>();
             kg_wg_touch<D / 2>(dk);
         }
@@ -3999,11 +4039,11 @@ __device__ static inline void kg_fb_dq(const kg_tmap *tq, const kg_tmap *tdo, co
 template <int D, int BF>
 __device__ static inline void kg_fb_dq_post(const float *acc, kg_u16 *dQ, const int *cu_q, const int *cu_k, int Hq,
                                             int Dh, int nslab, float scale, int causal) {
-    const int b = (int)kg_bid_z(), h = (int)kg_bid_y(), i0 = (int)kg_bid_x() * FB_BM;
+    const int M = FB_FBM(D), b = (int)kg_bid_z(), h = (int)kg_bid_y(), i0 = (int)kg_bid_x() * M;
     const int q0 = cu_q[b], Sq = cu_q[b + 1] - q0, Sk = cu_k[b + 1] - cu_k[b], diag = Sk - Sq;
     if (i0 >= Sq) return;
-    const float *slab = acc + kg_fb_slab(h, nslab, q0, b, i0) * FB_BM * D;
-    for (int e = (int)kg_tid(); e < FB_BM * Dh / 2; e += 256) {
+    const float *slab = acc + kg_fb_slab<M>(h, nslab, q0, b, i0) * M * D;
+    for (int e = (int)kg_tid(); e < M * Dh / 2; e += 256) {
         const int r = e / (Dh / 2), col = 2 * (e % (Dh / 2)), i = i0 + r;
         if (i >= Sq) break;
         const int seen = Sk > 0 && (!causal || i + diag >= 0);
@@ -4040,9 +4080,9 @@ KG_FB_SM90_ENTRY(64, bf16, 1)
 KG_FB_SM90_ENTRY(128, f16, 0)
 KG_FB_SM90_ENTRY(128, bf16, 1)
 
-// The fused backward's entries (head dim 128): kg_attn_bwd_fused_sm90_d128_<dt>
-// (dK, dV and the dQ slabs; the locks zeroed before it) and
-// kg_attn_bwd_dq_post_sm90_d128_<dt> (dQ from the slabs).
+// The fused backward's entries: kg_attn_bwd_fused_sm90_d<D>_<dt> (dK, dV
+// and the dQ slabs; the locks zeroed before it) and
+// kg_attn_bwd_dq_post_sm90_d<D>_<dt> (dQ from the slabs).
 #define KG_FB_FUSED_ENTRY(D, sfx, BF)                                                                     \
     KG_ATOMICS(kg_attn_bwd_fused_sm90_d##D##_##sfx, FB_DQ_ATOMIC)                                                   \
     KG_ATOMICS(kg_attn_bwd_dq_post_sm90_d##D##_##sfx, 0)                                                 \
@@ -4063,6 +4103,8 @@ KG_FB_SM90_ENTRY(128, bf16, 1)
         kg_fb_dq_post<D, BF>(acc, dQ, cu_q, cu_k, Hq, Dh, nslab, scale, causal);                         \
     }
 #if FB_BM == 64   // the entries exist whenever they can (the instruction checks see them); FB_FUSED runs them
+KG_FB_FUSED_ENTRY(64, f16, 0)
+KG_FB_FUSED_ENTRY(64, bf16, 1)
 KG_FB_FUSED_ENTRY(128, f16, 0)
 KG_FB_FUSED_ENTRY(128, bf16, 1)
 #endif

@@ -1375,8 +1375,8 @@ FAST90="kg_gemm_sm90_bf16 kg_gemm_sm90_f16 kg_gemm_sm90_nn_bf16 kg_gemm_sm90_nn_
         kg_attn_fwd_sm90_d64_f16 kg_attn_fwd_sm90_d128_f16 kg_attn_fwd_sm90_d256_f16
         kg_attn_bwd_dkdv_sm90_d64_bf16 kg_attn_bwd_dkdv_sm90_d128_bf16 kg_attn_bwd_dkdv_sm90_d64_f16
         kg_attn_bwd_dkdv_sm90_d128_f16 kg_attn_bwd_dq_sm90_d64_bf16 kg_attn_bwd_dq_sm90_d128_bf16
-        kg_attn_bwd_dq_sm90_d64_f16 kg_attn_bwd_dq_sm90_d128_f16 kg_attn_bwd_fused_sm90_d128_bf16
-        kg_attn_bwd_fused_sm90_d128_f16"
+        kg_attn_bwd_dq_sm90_d64_f16 kg_attn_bwd_dq_sm90_d128_f16 kg_attn_bwd_fused_sm90_d64_bf16
+        kg_attn_bwd_fused_sm90_d64_f16 kg_attn_bwd_fused_sm90_d128_bf16 kg_attn_bwd_fused_sm90_d128_f16"
 nfast=$(echo $FAST90 | wc -w)
 nvcc=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
 ptxas=$(command -v ptxas || echo /usr/local/cuda/bin/ptxas)
@@ -1428,9 +1428,11 @@ if [ -x "$nvcc" ] && [ -x "$ptxas" ]; then
     probs=$(sm90_ptx_check)
     [ -z "$probs" ] && ok "the $nfast sm_90a entry points hold wgmma.mma_async in their PTX (the layouts' with their transpose operands); ptxas: no spill, no warning, no wgmma serialized" \
         || bad "sm_90a fast paths: $probs"
-    grep -q "kg_attn_bwd_fused_sm90_smem_d128" "$tmp/k90.ptx" && grep -q "cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32" "$tmp/k90.ptx" \
-        && ok "the default build publishes the fused backward's shared memory (head dim 128 runs it), and its dQ warp adds with a TMA bulk reduce" \
-        || bad "default sm_90a build: no kg_attn_bwd_fused_sm90_smem_d128 or no bulk reduce in the PTX"
+    grep -q "kg_attn_bwd_fused_sm90_smem_d64" "$tmp/k90.ptx" && grep -q "kg_attn_bwd_fused_sm90_smem_d128" "$tmp/k90.ptx" \
+        && grep -q "cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32" "$tmp/k90.ptx" \
+        && grep -q "kg_attn_bwd_fused_sm90_bm_d64 = 128;" "$tmp/k90.ptx" \
+        && ok "the default build publishes the fused backward's shared memory at head dims 64 and 128 (both run it; 128 query rows a step at 64), and its dQ warp adds with a TMA bulk reduce" \
+        || bad "default sm_90a build: no kg_attn_bwd_fused_sm90_smem_d64 or _d128, no bm_d64 of 128, or no bulk reduce in the PTX"
     # planted: the fused backward's producer at 32 registers and its consumers at 240 (a real hang of
     # 2026-12-03: 128 x 32 + 256 x 240 = 65536 registers, its launch holds 168 x 384 = 64512)
     awk '/\.entry /{e = /kg_attn_bwd_fused_sm90_d128_bf16\(/} e{sub(/setmaxnreg\.dec\.sync\.aligned\.u32 40;/, "setmaxnreg.dec.sync.aligned.u32 32;")
@@ -1447,12 +1449,12 @@ if [ -x "$nvcc" ] && [ -x "$ptxas" ]; then
     [ -z "$probs" ] && ok "-D WG_BN=192 (128x192 tiles: wgmma n192, fp8 halves n96; no MX entries) builds the same way: wgmma, no spill, no warning" \
         || bad "sm_90a, WG_BN=192: $probs"
     probs=$(sm90_ptx_check -DFB_FUSED=0)
-    [ -z "$probs" ] && ! grep -q "kg_attn_bwd_fused_sm90_smem_d128" "$tmp/k90.ptx" \
-        && ok "-D FB_FUSED=0 (the backward's two passes at head dim 128 too) builds the same way, and does not publish the fused pass's shared memory" \
-        || bad "sm_90a, FB_FUSED=0: ${probs:-the build still publishes kg_attn_bwd_fused_sm90_smem_d128}"
-    probs=$(sm90_ptx_check -DWG_CLUSTER=2 -DWG_STORE_V4=0 -DFB_DQ_ATOMIC=1 -DFB_ROTATE=1 -DWG_BN=128)
-    [ -z "$probs" ] && ok "the knobs' other side (-D WG_CLUSTER=2 -D WG_STORE_V4=0 -D FB_DQ_ATOMIC=1 -D FB_ROTATE=1 -D WG_BN=128) builds the same way: wgmma, no spill, no warning" \
-        || bad "sm_90a, WG_CLUSTER=2 WG_STORE_V4=0 FB_DQ_ATOMIC=1 FB_ROTATE=1 WG_BN=128: $probs"
+    [ -z "$probs" ] && ! grep -q "kg_attn_bwd_fused_sm90_smem_d" "$tmp/k90.ptx" \
+        && ok "-D FB_FUSED=0 (the backward's two passes at every head dim) builds the same way, and does not publish the fused pass's shared memory" \
+        || bad "sm_90a, FB_FUSED=0: ${probs:-the build still publishes kg_attn_bwd_fused_sm90_smem_d64 or _d128}"
+    probs=$(sm90_ptx_check -DWG_CLUSTER=2 -DWG_STORE_V4=0 -DFB_DQ_ATOMIC=1 -DFB_ROTATE=1 -DWG_BN=128 -DFB_BM64=64)
+    [ -z "$probs" ] && ok "the knobs' other side (-D WG_CLUSTER=2 -D WG_STORE_V4=0 -D FB_DQ_ATOMIC=1 -D FB_ROTATE=1 -D WG_BN=128 -D FB_BM64=64) builds the same way: wgmma, no spill, no warning" \
+        || bad "sm_90a, WG_CLUSTER=2 WG_STORE_V4=0 FB_DQ_ATOMIC=1 FB_ROTATE=1 WG_BN=128 FB_BM64=64: $probs"
     grep -q "\.reqnctapercluster 2, 1, 1" "$tmp/k90.ptx" && grep -q "multicast::cluster" "$tmp/k90.ptx" \
         && ok "-D WG_CLUSTER=2: the entries ask for clusters of 2 and load with TMA multicast" \
         || bad "-D WG_CLUSTER=2: no .reqnctapercluster 2, 1, 1 or no multicast in the PTX"

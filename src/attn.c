@@ -9,8 +9,10 @@
  * products; a larger scale only makes the softmax one-hot. */
 #define ATTN_SCALE_MAX 1e4
 
-/* The fused sm_90a backward's query block (kernels.hip's FB_BM): the rows
- * of one dQ slab (kg_fb_slab), and the boxes Q and dO are read in. */
+/* The fused sm_90a backward's smallest query block (kernels.hip's FB_BM;
+ * the arm's attn_bwd_fused_bm): slabs are counted in it (kg_fb_slab), and
+ * a slab holds 64 x 128 floats, as many as a block of 128 rows at head
+ * dim 64. */
 #define ATTN_FB_ROWS 64
 
 /* Apply attention option `key` (value `val`) to c: 1 if the value was
@@ -98,14 +100,22 @@ struct attn_case {
     struct attn_in in;
     size_t tq, tk, max_sq, max_sk;
     uint64_t d_q, d_k, d_v, d_do, dcu_q, dcu_k, dsum;  /* device buffers */
-    uint64_t dq_slabs, dq_locks;              /* the fused sm_90a backward's dQ sums and their locks (GPU, d 65..128) */
+    uint64_t dq_slabs, dq_locks;              /* the fused sm_90a backward's dQ sums and their locks (GPU, d <= 128) */
     int nslab;                                /* slabs per query head (kg_fb_slab) */
     int o, lse, dq_out, dk_out, dv_out;       /* output indices; -1: none */
     int stats_ready;
 };
 
+/* The head dim of the sm_90a backward kernels that hold case a's: 64
+ * (0) or 128 (1). */
+static int attn_bwd_kdim(const struct attn_case *a)
+{
+    return a->g.d <= 64 ? 0 : 1;
+}
+
 /* The bytes of case a's dQ slabs for the fused sm_90a backward: Hq ·
- * nslab slabs of ATTN_FB_ROWS x 128 floats. */
+ * nslab slabs of ATTN_FB_ROWS x 128 floats (any arm's: a slab of M rows x
+ * D, 64 x 128, 64 x 64 or 128 x 64, and at most nslab of them a head). */
 static size_t attn_slab_bytes(const struct attn_case *a)
 {
     return a->g.hq * (size_t)a->nslab * ATTN_FB_ROWS * 128 * sizeof(float);
@@ -186,7 +196,7 @@ static void attn_prepare(struct run *r)
     a->d_do = run_upload(r, a->in.dout, a->tq * hq * d, t);
     run_keep(r, "dO", a->in.dout, 'f', 3, a->tq, hq, d);
     a->dsum = run_dev(r, a->tq * hq * sizeof(float) + 4);
-    if (r->d->kind != DEV_CPU && d > 64 && d <= 128) {   /* made before any launch: a graph may capture the first */
+    if (r->d->kind != DEV_CPU && d <= 128) {   /* made before any launch: a graph may capture the first */
         a->nslab = (int)(a->tq / ATTN_FB_ROWS + B + 1);
         a->dq_slabs = run_dev(r, attn_slab_bytes(a));
         a->dq_locks = run_dev(r, hq * (size_t)a->nslab * sizeof(int));
@@ -295,16 +305,16 @@ static void attn_sm90_fwd(struct run *r, int i)
 }
 
 /* Whether the current arm runs case a's backward through the fused sm_90a
- * pass: it has one, and the case is a GPU one at head dim 65 .. 128 (its
- * slabs were made). */
+ * pass: it has one at the case's kernel head dim, and the case is a GPU one
+ * at head dim 128 or less (its slabs were made). */
 static int attn_fused_bwd(const struct run *r)
 {
-    return r->d->arm->attn_bwd_fused_smem > 0 && r->attn->dq_slabs;
+    return r->d->arm->attn_bwd_fused_smem[attn_bwd_kdim(r->attn)] > 0 && r->attn->dq_slabs;
 }
 
 /* Which sm_90a backward runs case a on the current arm: 0 (head dim 64)
  * or 1 (128) for the smallest that holds d, when the arm has both passes
- * of it (or, at 128, the fused pass) and TMA can read Q, K, V and dO (as
+ * of it (or its fused pass) and TMA can read Q, K, V and dO (as
  * attn_sm90_pick); -1 otherwise (the portable kernels). */
 static int attn_sm90_bwd_pick(const struct run *r)
 {
@@ -314,8 +324,8 @@ static int attn_sm90_bwd_pick(const struct run *r)
     if (d > 128 || !attn_tma_inputs(a) || !tma_aligned(a->d_do, 0, 2) || r->out[a->dq_out].buf % 4 ||
         r->out[a->dk_out].buf % 4 || r->out[a->dv_out].buf % 4)
         return -1;
-    int i = d <= 64 ? 0 : 1;
-    if (i == 1 && attn_fused_bwd(r)) return 1;
+    int i = attn_bwd_kdim(a);
+    if (attn_fused_bwd(r)) return i;
     return arm->attn_bwd_smem[i][0] > 0 && arm->attn_bwd_smem[i][1] > 0 ? i : -1;
 }
 
@@ -346,25 +356,31 @@ static void attn_bwd_args(struct run *r, struct attn_bwd_args *x, unsigned q_row
     attn_tmap(r->d, &x->tv, t, a->d_v, a->tk, g->hkv, g->d, k_rows);
 }
 
-/* The fused backward of case a (head dim 128, the arm has it), after
- * kg_attn_bwd_pre_<dt> has written Dsum: the slabs' locks zeroed (the
- * slabs themselves when the arm adds in any order, -D FB_DQ_ATOMIC=1), then
- * kg_attn_bwd_fused_sm90_d128_<dt> on grid (ceil(longest Sk / 128), Hkv, B),
- * 384 threads, with Q and dO in boxes of 64 rows and K and V of 128 (dK,
- * dV and the dQ sums), then kg_attn_bwd_dq_post_sm90_d128_<dt> on grid
- * (ceil(longest Sq / 64), Hq, B), 256 threads (dQ).  The fused kernel is
+/* The fused backward of case a (kernel head dim i: 0 for 64, 1 for 128;
+ * the arm has it), after kg_attn_bwd_pre_<dt> has written Dsum: the slabs'
+ * locks zeroed (the slabs themselves when the arm adds in any order, -D
+ * FB_DQ_ATOMIC=1), then kg_attn_bwd_fused_sm90_d<D>_<dt> on grid
+ * (ceil(longest Sk / 128), Hkv, B), 384 threads, with Q and dO in boxes of
+ * the arm's M rows (attn_bwd_fused_bm) and K and V of 128 (dK, dV and the
+ * dQ sums), then kg_attn_bwd_dq_post_sm90_d<D>_<dt> on grid (ceil(longest
+ * Sq / M), Hq, B), 256 threads (dQ).  The fused kernel is
  * told the device's SM count: its rotated walk (no mask) makes a key block
  * wait for later blocks of its head, safe only when they all fit at once. */
-static void attn_sm90_bwd_fused(struct run *r)
+static void attn_sm90_bwd_fused(struct run *r, int i)
 {
-    static const char *const fused[DT_COUNT] = { NULL, "kg_attn_bwd_fused_sm90_d128_f16",
-                                                 "kg_attn_bwd_fused_sm90_d128_bf16" };
-    static const char *const post[DT_COUNT] = { NULL, "kg_attn_bwd_dq_post_sm90_d128_f16",
-                                                "kg_attn_bwd_dq_post_sm90_d128_bf16" };
+    static const char *const fused[2][DT_COUNT] = {
+        { NULL, "kg_attn_bwd_fused_sm90_d64_f16", "kg_attn_bwd_fused_sm90_d64_bf16" },
+        { NULL, "kg_attn_bwd_fused_sm90_d128_f16", "kg_attn_bwd_fused_sm90_d128_bf16" },
+    };
+    static const char *const post[2][DT_COUNT] = {
+        { NULL, "kg_attn_bwd_dq_post_sm90_d64_f16", "kg_attn_bwd_dq_post_sm90_d64_bf16" },
+        { NULL, "kg_attn_bwd_dq_post_sm90_d128_f16", "kg_attn_bwd_dq_post_sm90_d128_bf16" },
+    };
     struct attn_case *a = r->attn;
     enum dtype t = r->c->dt;
     struct attn_bwd_args x;
-    attn_bwd_args(r, &x, ATTN_FB_ROWS, 128);
+    int rows = r->d->arm->attn_bwd_fused_bm[i];
+    attn_bwd_args(r, &x, (unsigned)rows, 128);
     if (r->d->arm->attn_bwd_fused_atomic)
         dev_fill(r->d, a->dq_slabs, 0, attn_slab_bytes(a));
     else
@@ -373,16 +389,16 @@ static void attn_sm90_bwd_fused(struct run *r)
     void *kp[] = { &x.tq,       &x.tdo,    &x.tk,     &x.tv,  &x.L,    &a->dsum, &x.dK,      &x.dV, &a->dq_slabs,
                    &a->dq_locks, &a->nslab, &a->dcu_q, &a->dcu_k, &x.hq, &x.hkv,   &x.d, &x.scale, &x.causal, &nres };
     struct launch_dims l = { { (unsigned)((a->max_sk + 127) / 128), (unsigned)x.hkv, (unsigned)a->g.b }, 384,
-                             (unsigned)r->d->arm->attn_bwd_fused_smem, 0 };
-    gpu_launch_dims(r->d, fused[t], &l, kp);
+                             (unsigned)r->d->arm->attn_bwd_fused_smem[i], 0 };
+    gpu_launch_dims(r->d, fused[i][t], &l, kp);
     void *pp[] = { &a->dq_slabs, &x.dQ, &a->dcu_q, &a->dcu_k, &x.hq, &x.d, &a->nslab, &x.scale, &x.causal };
-    gpu_launch(r->d, post[t], (unsigned)((a->max_sq + ATTN_FB_ROWS - 1) / ATTN_FB_ROWS), (unsigned)x.hq,
+    gpu_launch(r->d, post[i][t], (unsigned)((a->max_sq + rows - 1) / rows), (unsigned)x.hq,
                (unsigned)a->g.b, 256, pp);
 }
 
 /* The backward of case a through the sm_90a kernels (i from
- * attn_sm90_bwd_pick), after kg_attn_bwd_pre_<dt> has written Dsum: at
- * head dim 128 the fused pass when the arm has it, else two passes:
+ * attn_sm90_bwd_pick), after kg_attn_bwd_pre_<dt> has written Dsum: the
+ * fused pass when the arm has it at that head dim, else two passes:
  * kg_attn_bwd_dkdv_sm90_d<D>_<dt> on grid (ceil(longest Sk / 128), Hkv, B)
  * with Q and dO in boxes of the arm's query rows, K and V in boxes of 128;
  * kg_attn_bwd_dq_sm90_d<D>_<dt> on grid (ceil(longest Sq / 128), Hq, B)
@@ -400,8 +416,8 @@ static void attn_sm90_bwd(struct run *r, int i)
     };
     struct attn_case *a = r->attn;
     const struct arm *arm = r->d->arm;
-    if (i == 1 && attn_fused_bwd(r)) {
-        attn_sm90_bwd_fused(r);
+    if (attn_fused_bwd(r)) {
+        attn_sm90_bwd_fused(r, i);
         return;
     }
     enum dtype t = r->c->dt;

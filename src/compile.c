@@ -364,7 +364,8 @@ struct arm {
     int attn_sm90_smem[3];        /* kg_attn_sm90_smem_d{64,128,256}: > 0 = it has that sm_90a attention forward */
     int attn_bwd_smem[2][2];      /* [d64, d128][dK/dV, dQ]: kg_attn_bwd_sm90_smem_d<D>, kg_attn_bwd_dq_sm90_smem_d<D> */
     int attn_bwd_bm, attn_bwd_dq_bn;  /* the sm_90a backward's boxes: dK/dV's query rows, dQ's keys (64 or 128) */
-    int attn_bwd_fused_smem;      /* kg_attn_bwd_fused_sm90_smem_d128: > 0 = head dim 128 runs the fused backward */
+    int attn_bwd_fused_smem[2];   /* kg_attn_bwd_fused_sm90_smem_d{64,128}: > 0 = that head dim runs the fused backward */
+    int attn_bwd_fused_bm[2];     /* kg_attn_bwd_fused_sm90_bm_d{64,128}: its query rows a step (Q/dO boxes, slab rows) */
     int attn_bwd_fused_atomic;    /* kg_attn_bwd_fused_sm90_atomic: 1 = its dQ sums need zeroed slabs, not locks */
     struct graph_slot graphs[GRAPH_SLOTS]; /* --graph: the current case's launches, captured (run_exec) */
 };
@@ -402,7 +403,7 @@ static void arm_use(struct device *d, struct arm *a)
 
 /* Read the sm_90a attention backward that arm a's code object publishes
  * (none: every size 0): the two passes at head dims 64 and 128, and the
- * fused pass at 128; exit 5 on sizes or boxes kgate cannot launch. */
+ * fused pass at each; exit 5 on sizes or boxes kgate cannot launch. */
 static void arm_read_attn_bwd(struct device *d, struct arm *a)
 {
     static const char *const pass[2] = { "kg_attn_bwd_sm90", "kg_attn_bwd_dq_sm90" };
@@ -414,10 +415,17 @@ static void arm_read_attn_bwd(struct device *d, struct arm *a)
                 die(EXIT_DEVICE, "%s publishes an sm_90a attention backward (%s%s) of %d bytes of shared memory "
                     "(want 0, none, to 262144)", a->src_name, pass[p], dim[i], v);
         }
-    int v = a->attn_bwd_fused_smem = module_int(d, "kg_attn_bwd_fused_sm90", "_smem_d128", 0);
-    if (v < 0 || v > 256 * 1024)
-        die(EXIT_DEVICE, "%s publishes a fused sm_90a attention backward (kg_attn_bwd_fused_sm90_smem_d128) of %d "
-            "bytes of shared memory (want 0, none, to 262144)", a->src_name, v);
+    static const char *const rows[2] = { "_bm_d64", "_bm_d128" };
+    for (int i = 0; i < 2; i++) {
+        int v = a->attn_bwd_fused_smem[i] = module_int(d, "kg_attn_bwd_fused_sm90", dim[i], 0);
+        if (v < 0 || v > 256 * 1024)
+            die(EXIT_DEVICE, "%s publishes a fused sm_90a attention backward (kg_attn_bwd_fused_sm90%s) of %d "
+                "bytes of shared memory (want 0, none, to 262144)", a->src_name, dim[i], v);
+        int m = a->attn_bwd_fused_bm[i] = module_int(d, "kg_attn_bwd_fused_sm90", rows[i], 64);
+        if (v && m != 64 && !(i == 0 && m == 128))
+            die(EXIT_DEVICE, "%s publishes a fused sm_90a attention backward (kg_attn_bwd_fused_sm90%s) of %d query "
+                "rows a step (want 64; 128 at head dim 64)", a->src_name, rows[i], m);
+    }
     a->attn_bwd_fused_atomic = module_int(d, "kg_attn_bwd_fused_sm90", "_atomic", 0) != 0;
     a->attn_bwd_bm = module_int(d, "kg_attn_bwd_sm90", "_bm", 0);
     a->attn_bwd_dq_bn = module_int(d, "kg_attn_bwd_dq_sm90", "_bn", 0);
@@ -425,7 +433,7 @@ static void arm_read_attn_bwd(struct device *d, struct arm *a)
     if (has && ((a->attn_bwd_bm != 64 && a->attn_bwd_bm != 128) || (a->attn_bwd_dq_bn != 64 && a->attn_bwd_dq_bn != 128)))
         die(EXIT_DEVICE, "%s publishes an sm_90a attention backward with boxes of %d query rows and %d keys (want 64 "
             "or 128 each)", a->src_name, a->attn_bwd_bm, a->attn_bwd_dq_bn);
-    if (a->attn_bwd_fused_smem && a->attn_bwd_bm != 64)
+    if ((a->attn_bwd_fused_smem[0] || a->attn_bwd_fused_smem[1]) && a->attn_bwd_bm != 64)
         die(EXIT_DEVICE, "%s publishes a fused sm_90a attention backward with boxes of %d query rows (want 64)",
             a->src_name, a->attn_bwd_bm);
 }
@@ -438,7 +446,7 @@ static void arm_build(struct device *d, struct arm *a)
     a->sm90_smem = a->sm90_qblock = a->sm90_qf32 = a->sm90_qmx = a->mfma_tile = a->mfma_qtile = a->attn_mfma_dmax = 0;
     memset(a->attn_sm90_smem, 0, sizeof a->attn_sm90_smem);
     memset(a->attn_bwd_smem, 0, sizeof a->attn_bwd_smem);
-    a->attn_bwd_fused_smem = 0;
+    memset(a->attn_bwd_fused_smem, 0, sizeof a->attn_bwd_fused_smem);
     if (d->kind == DEV_CPU) { arm_hash_cpu(a); return; }
     compile_source(&d->rtc, d->pf, a->src, a->src_name, d->arch, (const char *const *)a->defines,
                    a->ndefines, &a->code);
