@@ -3633,7 +3633,7 @@ __device__ static inline void kg_fb_dkdv_produce(const kg_tmap *tq, const kg_tma
 // The fused pass's dQ slab of query head h, rows from i0 of sequence b
 // (first token q0): slabs of M rows x D fp32 (M = FB_FBM(D)), nslab per
 // head, slab q0 / M + b + i0 / M (distinct across sequences; kgate
-// allocates Tq / M + B + 1 per head).  Element (r, col) of a slab lies at float
+// allocates Tq / 64 + B + 1 per head, enough for either M).  Element (r, col) of a slab lies at float
 // r·D + 2·(col / 2 ^ (r % 8)·4) + col % 2: pairs swizzled so that the
 // consumers' stores from the accumulators meet no bank conflict.
 template <int M>
@@ -3730,9 +3730,9 @@ __device__ static __forceinline__ void kg_fb_order(int *j, int *b, int *hk) {
 // 2k + e / 2, row half e % 2), into the shared buffer at sbuf (all FB_BN
 // keys x M rows, M / 64 chunks of FB_BN 128-byte key rows of 64 query
 // columns, 128-byte swizzle, the 16-byte chunk ch of key row kl at chunk
-// ch ^ kl % 8): the A operand of dQ = dS·K (MN-major, a chunk of rows).  sbuf is 1024-byte aligned
-// and kl % 8 = lane / 4, so each address is one add and one xor of two
-// per-thread values.
+// ch ^ kl % 8): the A operand of dQ = dS·K (MN-major, a chunk of rows).
+// sbuf is 1024-byte aligned and kl % 8 = lane / 4, so each address is one
+// add and one xor of two per-thread values.
 template <int M>
 __device__ static __forceinline__ void kg_fb_put_ds(const unsigned (*p)[4], unsigned sbuf, int c, int warp, int lane) {
     unsigned row = sbuf + (c * 64 + warp * 16 + lane / 4) * 128 + 4 * (lane % 4), x = (lane / 4) << 4;
@@ -3746,17 +3746,17 @@ __device__ static __forceinline__ void kg_fb_put_ds(const unsigned (*p)[4], unsi
                          "r"(p[k][e]) : "memory");
 }
 
-// A consumer's dQ partial (64 query rows from row0 x NC columns from
-// column col0, accumulator layout) into the shared slab image at sdq (1024-byte
-// aligned; the layout of kg_fb_slab_at, whose swizzle is then an xor of
-// address bits 5-7).
-template <int D, int NC>
+// A consumer's dQ partial (64 query rows from row0 x 64 columns from
+// column col0, accumulator layout) into the shared slab image at sdq
+// (1024-byte aligned; the layout of kg_fb_slab_at, whose swizzle is then an
+// xor of address bits 5-7).
+template <int D>
 __device__ static __forceinline__ void kg_fb_put_dq(const float *dq, unsigned sdq, int row0, int col0, int warp,
                                                     int lane) {
     unsigned row = sdq + (row0 + warp * 16 + lane / 4) * D * 4 + 4 * col0 + 8 * (lane % 4), x = (lane / 4) << 5;
     asm volatile("" : "+r"(row));   // made here, each step: hoisted out of the loop, 16 addresses were spilled
 #pragma unroll
-    for (int i = 0; i < NC / 8; i++)
+    for (int i = 0; i < 8; i++)
 #pragma unroll
         for (int hh = 0; hh < 2; hh++)
             asm volatile("st.shared.v2.f32 [%0], {%1, %2};" ::"r"((row + hh * 8 * D * 4 + 32 * i) ^ x),
@@ -3844,11 +3844,11 @@ __device__ static inline void kg_fb_dkdv(const kg_tmap *tq, const kg_tmap *tdo, 
     if (wg == 0) {
         asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(FUSED ? 40 : 24));
         if (warp == 0)
-            kg_fb_dkdv_produce<D, FUSED, BM>(tq, tdo, tk, tv, LSE, Dsum, stat, sk, sqd, kvbar, full, empty, lane, hk, G,
-                                         k0, j0, q0, Sq, Hq, istart, last, nq, rot);
+            kg_fb_dkdv_produce<D, FUSED, BM>(tq, tdo, tk, tv, LSE, Dsum, stat, sk, sqd, kvbar, full, empty, lane, hk,
+                                             G, k0, j0, q0, Sq, Hq, istart, last, nq, rot);
         else if (FUSED && warp == 1)
             kg_fb_dq_sum<D, BM>(acc, locks, sdq, dqfull, lane, jb, (int)kg_fb_slab<BM>(hk * G, nslab, q0, b, 0),
-                            nslab, G, last, nq, rot, rotated ? nkb : 0, R);
+                                nslab, G, last, nq, rot, rotated ? nkb : 0, R);
         return;
     }
 
@@ -3915,8 +3915,8 @@ __device__ static inline void kg_fb_dkdv(const kg_tmap *tq, const kg_tmap *tdo, 
             if (mine) {
                 kg_wg_touch<32>(dq);
                 kg_bar_wait(dqempty + 8 * ub, (use & 1) ^ 1);   // the dQ warp has read step t - NB's partial
-                kg_fb_put_dq<D, 64>(dq, sdq + ub * FB_DQ_PART_BYTES(BM, D), BM == 128 ? 64 * c : 0,
-                                    D == 128 ? 64 * c : 0, warp, lane);
+                kg_fb_put_dq<D>(dq, sdq + ub * FB_DQ_PART_BYTES(BM, D), BM == 128 ? 64 * c : 0,
+                                D == 128 ? 64 * c : 0, warp, lane);
                 asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
                 kg_bar_arrive(dqfull + 8 * ub);
             }
