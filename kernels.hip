@@ -883,12 +883,13 @@ __device__ static inline void kg_wg_release(unsigned empty, int lane) {
         if (r != me) kg_bar_arrive_at(empty, r);
 }
 
-// The 32, 48, 64, 96 or 128 accumulator operands of one wgmma (N = 64, 96,
-// 128, 192 or 256, fp32).
+// The 32, 40, 48, 64, 96 or 128 accumulator operands of one wgmma (N = 64,
+// 80, 96, 128, 192 or 256, fp32).
 #define KG_WG_D32                                                                     \
     "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"                          \
     "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31"
 #define KG_WG_D48 KG_WG_D32 ",%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47"
+#define KG_WG_D40 KG_WG_D32 ",%32,%33,%34,%35,%36,%37,%38,%39"
 #define KG_WG_D64 KG_WG_D48 ",%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63"
 #define KG_WG_D96                                                                     \
     KG_WG_D64 ",%64,%65,%66,%67,%68,%69,%70,%71,%72,%73,%74,%75,%76,%77,%78,%79,"     \
@@ -899,6 +900,7 @@ __device__ static inline void kg_wg_release(unsigned empty, int lane) {
 #define KG_WG_F8(d, i) "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), \
                        "+f"(d[i + 4]), "+f"(d[i + 5]), "+f"(d[i + 6]), "+f"(d[i + 7])
 #define KG_WG_F32(d) KG_WG_F8(d, 0), KG_WG_F8(d, 8), KG_WG_F8(d, 16), KG_WG_F8(d, 24)
+#define KG_WG_F40(d) KG_WG_F32(d), KG_WG_F8(d, 32)
 #define KG_WG_F48(d) KG_WG_F32(d), KG_WG_F8(d, 32), KG_WG_F8(d, 40)
 #define KG_WG_F64(d) KG_WG_F48(d), KG_WG_F8(d, 48), KG_WG_F8(d, 56)
 #define KG_WG_F96(d) KG_WG_F64(d), KG_WG_F8(d, 64), KG_WG_F8(d, 72), KG_WG_F8(d, 80), KG_WG_F8(d, 88)
@@ -931,6 +933,8 @@ KG_WG_MMA16(kg_wgmma_n192_bf16, 192, "bf16", KG_WG_D96, KG_WG_F96(d), "96", "97"
 KG_WG_MMA16(kg_wgmma_n192_f16, 192, "f16", KG_WG_D96, KG_WG_F96(d), "96", "97", "98", "99", "100")
 KG_WG_MMA16(kg_wgmma_n128_bf16, 128, "bf16", KG_WG_D64, KG_WG_F64(d), "64", "65", "66", "67", "68")
 KG_WG_MMA16(kg_wgmma_n128_f16, 128, "f16", KG_WG_D64, KG_WG_F64(d), "64", "65", "66", "67", "68")
+KG_WG_MMA16(kg_wgmma_n80_bf16, 80, "bf16", KG_WG_D40, KG_WG_F40(d), "40", "41", "42", "43", "44")
+KG_WG_MMA16(kg_wgmma_n80_f16, 80, "f16", KG_WG_D40, KG_WG_F40(d), "40", "41", "42", "43", "44")
 KG_WG_MMA16(kg_wgmma_n64_bf16, 64, "bf16", KG_WG_D32, KG_WG_F32(d), "32", "33", "34", "35", "36")
 KG_WG_MMA16(kg_wgmma_n64_f16, 64, "f16", KG_WG_D32, KG_WG_F32(d), "32", "33", "34", "35", "36")
 KG_WG_MMA8(kg_wgmma_n128_e4m3, 128, "e4m3", KG_WG_D64, KG_WG_F64(d), "64", "65", "66")
@@ -2955,11 +2959,12 @@ KG_WG_MMA_RS(kg_wgmma_rs_n256_f16, 256, "f16", KG_WG_D128, KG_WG_F128(d), "128",
              "133")
 
 // The two products of one input type (BF: 1 bf16, 0 f16): S (+)= Q·K^T,
-// N = BN (64 or 128), both from shared memory; O += P·V, N = D, P from
+// N = BN (64, 80 or 128), both from shared memory; O += P·V, N = D, P from
 // registers.
 template <int BF, int BN>
 __device__ static __forceinline__ void kg_fa_qk(float *s, unsigned long long a, unsigned long long b, int acc) {
     if (BN == 128) { if (BF) kg_wgmma_n128_bf16(s, a, b, acc); else kg_wgmma_n128_f16(s, a, b, acc); }
+    else if (BN == 80) { if (BF) kg_wgmma_n80_bf16(s, a, b, acc); else kg_wgmma_n80_f16(s, a, b, acc); }
     else { if (BF) kg_wgmma_n64_bf16(s, a, b, acc); else kg_wgmma_n64_f16(s, a, b, acc); }
 }
 template <int BF, int D>
@@ -3339,10 +3344,12 @@ KG_FA_SM90_ENTRY(256, bf16, 1)
 //   - Two passes, S and dP computed in each (7 products where a dQ summed
 //     across the dK/dV blocks needs 5): every sum runs in one fixed order
 //     with no atomics and no semaphores (deterministic).
-//   - Fused (FB_FUSED = 1, the default: kg_attn_bwd_fused_sm90_d<D>_<dt>,
-//     then kg_attn_bwd_dq_post_sm90_d<D>_<dt>): the dK/dV pass also computes dQ,
-//     5 products per step, in FlashAttention-3's order, over FB_FBM(D)
-//     query rows a step (64; at head dim 64, FB_BM64 = 128, as FA3's).  A consumer waits
+//   - Fused (FB_FUSED = 1, the default: kg_attn_bwd_fused_sm90_<tag>_<dt>,
+//     then kg_attn_bwd_dq_post_sm90_<tag>_<dt>): the dK/dV pass also
+//     computes dQ, 5 products per step, in FlashAttention-3's order, over
+//     FB_FBM(D) query rows a step (64; at head dim 64, FB_BM64 = 128; at
+//     128 without a mask, tag d128nc, FB_NC_BM = 80 with dQ transposed: see
+//     kg_fb_put_ds_t; each as FA3's).  A consumer waits
 //     for S^T and dP^T, makes P^T and dS^T and rounds both to A fragments
 //     (so that the fp32 scores are gone before dQ's accumulators are live:
 //     the loop fits 232 registers), issues dV += P^T·dO from registers,
@@ -3351,14 +3358,16 @@ KG_FA_SM90_ENTRY(256, bf16, 1)
 //     partial, dS·K (A and B MN-major: head dim 128, its 64 columns; 64
 //     with 128 rows, its 64 rows; 64 with 64 rows, the whole step, the
 //     consumers in turn), and dK += dS^T·Q from registers, and writes the
-//     partial into one of two shared buffers (one at 128 rows) while dK runs.
+//     partial into one of two shared buffers (one at 80 or 128 rows) while
+//     dK runs.
 //     The dQ warp (producer warpgroup, warp 1) adds each partial into the
 //     step's fp32 slab with one TMA bulk reduce, after key blocks 0 .. j-1
 //     have added theirs (a lock per slab, acquire/release at GPU scope):
 //     one add per element per key block, in key-block order, so dQ is
 //     bitwise reproducible without a pass of its own.  setmaxnreg 40 / 232
 //     (the pool: 128 x 40 + 256 x 232 = 168 x 384; 32 / 240 asks for more
-//     than the launch holds and hangs).  Every key block of a head meets a
+//     than the launch holds and hangs; at 80 rows 24 / 240, whose 40 + 40
+//     score and 40 dQ accumulators spill and serialize at 232).  Every key block of a head meets a
 //     query block at the same step (kg_fb_step), so blocks of one head
 //     side by side wait at each lock in turn; causal grids are therefore
 //     dispatched key-block-major in sections of heads (kg_fb_order), which
@@ -3397,11 +3406,17 @@ KG_FA_SM90_ENTRY(256, bf16, 1)
 #ifndef FB_BM64
 #define FB_BM64 128                        // the fused pass at head dim 64: query rows per step (64 or 128)
 #endif
+#ifndef FB_NC_BM
+#define FB_NC_BM 80                        // the fused pass at head dim 128 without a mask: query rows per step
+#endif                                     // (64 or 80; with a mask 64, FB_BM)
 #if FB_FUSED && FB_BM != 64
 #error "FB_FUSED needs FB_BM 64"
 #endif
 #if FB_BM64 != 64 && FB_BM64 != 128
 #error "FB_BM64 must be 64 or 128"
+#endif
+#if FB_NC_BM != 64 && FB_NC_BM != 80
+#error "FB_NC_BM must be 64 or 80"
 #endif
 #if (FB_BM != 64 && FB_BM != 128) || (FB_DQ_BN != 64 && FB_DQ_BN != 128) || FB_STAGES < 2
 #error "FB_BM and FB_DQ_BN must be 64 or 128, FB_STAGES at least 2"
@@ -3419,24 +3434,27 @@ KG_FA_SM90_ENTRY(256, bf16, 1)
 // dQ: Q and dO (128 rows each), the stages' K and V, the alignment, the
 // barriers (Q/dO's, full[s], empty[s]).
 #define FB_DQ_SMEM(D) (2 * FA_Q_BYTES(D) + FB_STAGES * 2 * FB_DQ_KV_BYTES(D) + 1024 + 8 * (1 + 2 * FB_STAGES))
-// Fused (FB_FUSED): FB_FBM(D) query rows a step (FB_BM 64; at head dim 64
-// FB_BM64); the dK/dV pass's layout plus two dS^T buffers (FB_BN keys x M
-// rows each), FB_DQ_NBUF(M) dQ partials (M x D fp32: two, or one at 128
-// rows, where two would pass the 227 KiB an SM holds) and their barriers
-// (full and empty of two).
+// Fused (FB_FUSED): FB_FBM(D) query rows a step (FB_BM64 at head dim 64,
+// FB_BM at 128; the entry without a mask at 128, FB_NC_BM); the dK/dV
+// pass's layout plus two dS buffers (FB_BN keys x M rows each),
+// FB_DQ_NBUF(M) dQ partials (M x D fp32: two at 64 rows, one at 80 or 128,
+// where two would pass the 227 KiB an SM holds) and their barriers (full
+// and empty of two).
 #define FB_FBM(D) ((D) == 64 ? FB_BM64 : FB_BM)
 #define FB_DS_BYTES(M) (FB_BN * (M) * 2)
 #define FB_DQ_PART_BYTES(M, D) ((M) * (D) * 4)
-#define FB_DQ_NBUF(M) ((M) == 128 ? 1 : 2)
+#define FB_DQ_NBUF(M) ((M) == 64 ? 2 : 1)
 #define FB_FUSED_SMEM_M(M, D) (FB_SMEM_M(M, D) + 2 * FB_DS_BYTES(M) + FB_DQ_NBUF(M) * FB_DQ_PART_BYTES(M, D) + 32)
 #define FB_FUSED_SMEM(D) FB_FUSED_SMEM_M(FB_FBM(D), D)
 #if FB_FUSED
 extern "C" __device__ int kg_attn_bwd_fused_sm90_smem_d64 = FB_FUSED_SMEM(64);
 extern "C" __device__ int kg_attn_bwd_fused_sm90_smem_d128 = FB_FUSED_SMEM(128);
+extern "C" __device__ int kg_attn_bwd_fused_sm90_smem_d128nc = FB_FUSED_SMEM_M(FB_NC_BM, 128);
 extern "C" __device__ int kg_attn_bwd_fused_sm90_atomic = FB_DQ_ATOMIC;   // 1: kgate zeroes the dQ slabs
 // The fused pass's query rows a step: its Q and dO boxes and its slabs' rows.
 extern "C" __device__ int kg_attn_bwd_fused_sm90_bm_d64 = FB_FBM(64);
 extern "C" __device__ int kg_attn_bwd_fused_sm90_bm_d128 = FB_FBM(128);
+extern "C" __device__ int kg_attn_bwd_fused_sm90_bm_d128nc = FB_NC_BM;
 #endif
 extern "C" __device__ int kg_attn_bwd_sm90_smem_d64 = FB_SMEM(64);
 extern "C" __device__ int kg_attn_bwd_sm90_smem_d128 = FB_SMEM(128);
@@ -3631,17 +3649,22 @@ __device__ static inline void kg_fb_dkdv_produce(const kg_tmap *tq, const kg_tma
 }
 
 // The fused pass's dQ slab of query head h, rows from i0 of sequence b
-// (first token q0): slabs of M rows x D fp32 (M = FB_FBM(D)), nslab per
+// (first token q0): slabs of M rows x D fp32 (M: the entry's rows), nslab per
 // head, slab q0 / M + b + i0 / M (distinct across sequences; kgate
-// allocates Tq / 64 + B + 1 per head, enough for either M).  Element (r, col) of a slab lies at float
-// r·D + 2·(col / 2 ^ (r % 8)·4) + col % 2: pairs swizzled so that the
-// consumers' stores from the accumulators meet no bank conflict.
+// allocates Tq / 64 + B + 1 per head, enough for any M, each of 80 x 128
+// floats).  Element (r, col) of a slab lies at float r·D + 2·(col / 2 ^
+// (r % 8)·4) + col % 2 (kg_fb_slab_at; at 80 rows, transposed, at col·80 +
+// 2·(r / 2 ^ (col / 2 % 2)·4) + r % 2: kg_fb_slab_at_t): pairs swizzled so
+// that the consumers' stores from the accumulators meet no bank conflict.
 template <int M>
 __device__ static __forceinline__ kg_i64 kg_fb_slab(int h, int nslab, int q0, int b, int i0) {
     return (kg_i64)h * nslab + q0 / M + b + i0 / M;
 }
 __device__ static __forceinline__ __attribute__((unused)) int kg_fb_slab_at(int r, int col, int D) {   // unused at FB_BM 128
     return r * D + 2 * ((col >> 1) ^ ((r & 7) << 2)) + (col & 1);
+}
+__device__ static __forceinline__ __attribute__((unused)) int kg_fb_slab_at_t(int r, int col) {
+    return col * 80 + 2 * ((r >> 1) ^ ((col & 2) << 1)) + (r & 1);
 }
 
 // A lock of the fused pass's ordered sums: read with acquire, written with
@@ -3779,23 +3802,77 @@ __device__ static __forceinline__ void kg_fb_dq_issue(float *dq, unsigned sds, u
     kg_wg_commit();
 }
 
-// The body of kg_attn_bwd_dkdv_sm90_d<D>_<dt> (FUSED = 0) and of
-// kg_attn_bwd_fused_sm90_d<D>_<dt> (FUSED = 1: also dQ, summed in fp32
-// slabs at acc under locks; see the section comment; nres: the blocks the
-// device holds at once, which bounds the rotated walk).
-template <int D, int BF, int FUSED>
+// At 80 query rows a step (FB_NC_BM = 80: head dim 128, FlashAttention-3's
+// block there without a mask), dQ is made transposed, dQ^T = K^T·dS^T:
+// each consumer its 64 columns of dQ as the M of the product, the step's
+// 80 rows as its N (a wgmma's M is 64).  Its operands: A, a chunk of K's
+// columns (MN-major); B, dS itself (80 query rows of the block's 128 keys,
+// K-major), which the consumers store here from their dS^T fragments:
+// consumer c's 64 keys are key chunk c of the buffer at sbuf (two chunks
+// of 80 rows x 128 bytes, 128-byte swizzle, the 16-byte chunk ch of row q
+// at ch ^ q % 8), each 8 x 8 of a fragment transposed by stmatrix.
+__device__ static __forceinline__ void kg_fb_put_ds_t(const unsigned (*p)[4], unsigned sbuf, int c, int warp,
+                                                      int lane) {
+    const int e = lane / 8, j = lane % 8;   // the matrix whose row this thread addresses, and the row
+    unsigned row = sbuf + c * 80 * 128 + (8 * (e >> 1) + j) * 128 + (((2 * warp + (e & 1)) ^ j) << 4);
+    asm volatile("" : "+r"(row));
+#pragma unroll
+    for (int k = 0; k < 5; k++)
+        asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};"
+                     ::"r"(row + k * 16 * 128), "r"(p[k][0]), "r"(p[k][1]), "r"(p[k][2]), "r"(p[k][3]) : "memory");
+}
+
+// dQ^T's 64 columns from col0 x 80 rows (this consumer's accumulators) into
+// the shared slab image at sdq (kg_fb_slab_at_t's layout; the swizzle bit
+// of a thread's columns is lane / 8 % 2, since col0 and the 16 columns a
+// warp takes are multiples of 8).
+__device__ static __forceinline__ void kg_fb_put_dq_t(const float *dq, unsigned sdq, int col0, int warp, int lane) {
+    const unsigned base = sdq + (col0 + warp * 16 + lane / 4) * 80 * 4 + 8 * (lane % 4), x = 32 * ((lane >> 3) & 1);
+    unsigned be = base + x, bo = base - x;   // pair group i ^ 1 of the even and of the odd groups i
+    asm volatile("" : "+r"(be), "+r"(bo));
+#pragma unroll
+    for (int i = 0; i < 10; i++)
+#pragma unroll
+        for (int hh = 0; hh < 2; hh++)
+            asm volatile("st.shared.v2.f32 [%0], {%1, %2};" ::"r"((i & 1 ? bo : be) + 32 * i + hh * 8 * 80 * 4),
+                         "f"(dq[4 * i + 2 * hh]), "f"(dq[4 * i + 2 * hh + 1]) : "memory");
+}
+
+// dQ^T = K^T·dS^T for 64 columns x 80 rows (K's column chunk at kc, dS at
+// sds as kg_fb_put_ds_t leaves it), issued and committed.
+template <int BF>
+__device__ static __forceinline__ void kg_fb_dqt_issue(float *dq, unsigned sds, unsigned kc) {
+    kg_wg_fence();
+#pragma unroll
+    for (int kk = 0; kk < FB_BN / 16; kk++) {
+        const unsigned long long a = kg_wg_desc_mn(kc + kk * 16 * 128, FB_BN * 128),
+                                 b = kg_wg_desc_on(sds + kk / 4 * 80 * 128, kk % 4 * 32);
+        if (BF) kg_wgmma_n80_bf16<1, 0>(dq, a, b, kk);
+        else kg_wgmma_n80_f16<1, 0>(dq, a, b, kk);
+    }
+    kg_wg_commit();
+}
+
+// The body of kg_attn_bwd_dkdv_sm90_d<D>_<dt> (FUSED = 0, BM = FB_BM) and
+// of kg_attn_bwd_fused_sm90_d<D>[nc]_<dt> (FUSED = 1, BM = FB_FBM(D) or
+// FB_NC_BM: also dQ, summed in fp32 slabs at acc under locks; see the
+// section comment; nres: the blocks the device holds at once, which bounds
+// the rotated walk).  BM query rows a step.
+template <int D, int BF, int FUSED, int BM>
 __device__ static inline void kg_fb_dkdv(const kg_tmap *tq, const kg_tmap *tdo, const kg_tmap *tk, const kg_tmap *tv,
                                          const float *LSE, const float *Dsum, kg_u16 *dK, kg_u16 *dV, float *acc,
                                          int *locks, int nslab, const int *cu_q, const int *cu_k, int Hq, int Hkv,
                                          int Dh, float scale, int causal, int nres) {
     static_assert(!FUSED || ((D == 64 || D == 128) && FB_BM == 64), "the fused backward: head dim 64 or 128, FB_BM 64");
-    // BM query rows a step.  The fused pass's dQ product per step (BM rows
-    // x D columns over the block's 128 keys) is NP products of 64 x 64: at
-    // head dim 128 each consumer takes 64 columns, at 64 with 128 rows 64
-    // rows; at 64 with 64 rows (NP = 1) the consumers take whole steps in
-    // turn (consumer t % 2), so that dQ needs no half-width product and the
-    // slab gets one partial a step.
-    const int BM = FUSED ? FB_FBM(D) : FB_BM, NP = BM / 64 * (D / 64), NB = FB_DQ_NBUF(BM);
+    static_assert(BM != 80 || (FUSED && D == 128), "80 query rows a step: the fused pass at head dim 128 only");
+    // The fused pass's dQ product per step (BM rows x D columns over the
+    // block's 128 keys) is NP products of 64 x 64: at head dim 128 each
+    // consumer takes 64 columns, at 64 with 128 rows 64 rows; at 64 with 64
+    // rows (NP = 1) the consumers take whole steps in turn (consumer t % 2),
+    // so that dQ needs no half-width product and the slab gets one partial
+    // a step; at 128 with 80 rows each consumer takes its 64 columns of dQ^T
+    // (kg_fb_dqt_issue).
+    const int NP = BM / 64 * (D / 64), NB = FB_DQ_NBUF(BM);
     const int CH = D / 64, KVB = FB_KV_BYTES(D), QB = FB_QM_BYTES(BM, D);
     extern __shared__ unsigned char kg_dsmem[];
     const unsigned base = (kg_smem_addr(kg_dsmem) + 1023u) & ~1023u;
@@ -3842,7 +3919,7 @@ __device__ static inline void kg_fb_dkdv(const kg_tmap *tq, const kg_tmap *tdo, 
     kg_sync();
 
     if (wg == 0) {
-        asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(FUSED ? 40 : 24));
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(FUSED && BM != 80 ? 40 : 24));
         if (warp == 0)
             kg_fb_dkdv_produce<D, FUSED, BM>(tq, tdo, tk, tv, LSE, Dsum, stat, sk, sqd, kvbar, full, empty, lane, hk,
                                              G, k0, j0, q0, Sq, Hq, istart, last, nq, rot);
@@ -3852,10 +3929,10 @@ __device__ static inline void kg_fb_dkdv(const kg_tmap *tq, const kg_tmap *tdo, 
         return;
     }
 
-    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(FUSED ? 232 : 240));
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(FUSED && BM != 80 ? 232 : 240));
     const int c = wg - 1, kr = j0 + c * 64 + warp * 16 + lane / 4;   // this thread's keys: kr, kr + 8
     const float sl2 = scale * 1.4426950408889634f;
-    float dv[D / 2], dk[D / 2], st[BM / 2], dpt[BM / 2], dq[FUSED ? 32 : 1];
+    float dv[D / 2], dk[D / 2], st[BM / 2], dpt[BM / 2], dq[FUSED ? (BM == 80 ? 40 : 32) : 1];
     unsigned pt[BM / 16][4], dst[BM / 16][4];   // P^T, dS^T as A fragments
 #pragma unroll
     for (int i = 0; i < D / 2; i++) dv[i] = dk[i] = 0.0f;
@@ -3904,19 +3981,23 @@ __device__ static inline void kg_fb_dkdv(const kg_tmap *tq, const kg_tmap *tdo, 
             kg_fa_to_p<BM, BF>(dpt, dst);
             kg_fa_rs_issue<BM / 16, D, BF>(dv, pt, dO, BM * 128);
             const unsigned sdsb = sds + (t & 1) * FB_DS_BYTES(BM);
-            kg_fb_put_ds<BM>(dst, sdsb, c, warp, lane);
+            if (BM == 80) kg_fb_put_ds_t(dst, sdsb, c, warp, lane);
+            else kg_fb_put_ds<BM>(dst, sdsb, c, warp, lane);
             asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
             asm volatile("bar.sync 1, 256;" ::: "memory");
-            if (mine)
+            if (BM == 80) kg_fb_dqt_issue<BF>(dq, sdsb, sk + c * FB_BN * 128);
+            else if (mine)
                 kg_fb_dq_issue<BF>(dq, sdsb + (BM == 128 ? c : 0) * FB_BN * 128, sk + (D == 128 ? c : 0) * FB_BN * 128);
             kg_fa_rs_issue<BM / 16, D, BF>(dk, dst, q, BM * 128);
             kg_wg_wait<1>();
             kg_wg_touch<D / 2>(dv);
             if (mine) {
-                kg_wg_touch<32>(dq);
+                kg_wg_touch<BM == 80 ? 40 : 32>(dq);
                 kg_bar_wait(dqempty + 8 * ub, (use & 1) ^ 1);   // the dQ warp has read step t - NB's partial
-                kg_fb_put_dq<D>(dq, sdq + ub * FB_DQ_PART_BYTES(BM, D), BM == 128 ? 64 * c : 0,
-                                D == 128 ? 64 * c : 0, warp, lane);
+                if (BM == 80) kg_fb_put_dq_t(dq, sdq + ub * FB_DQ_PART_BYTES(BM, D), 64 * c, warp, lane);
+                else
+                    kg_fb_put_dq<D>(dq, sdq + ub * FB_DQ_PART_BYTES(BM, D), BM == 128 ? 64 * c : 0,
+                                    D == 128 ? 64 * c : 0, warp, lane);
                 asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
                 kg_bar_arrive(dqfull + 8 * ub);
             }
@@ -4034,21 +4115,38 @@ __device__ static inline void kg_fb_dq(const kg_tmap *tq, const kg_tmap *tdo, co
 
 // The fused pass's last step: dQ = scale · the slab sums (kg_fb_slab), into
 // the input type, for rows and columns inside the sequence and Dh; a row
-// that sees no key (no key block wrote its slab) gets 0.  Grid (ceil(longest
-// Sq / FB_BM), Hq, B), 256 threads: one slab per block.
-template <int D, int BF>
+// that sees no key (no key block wrote its slab) gets 0.  M rows a slab (the
+// fused entry's BM; 80: kg_fb_slab_at_t's layout).  Grid (ceil(longest Sq /
+// M), Hq, B), 256 threads: one slab per block.
+template <int D, int BF, int M>
 __device__ static inline void kg_fb_dq_post(const float *acc, kg_u16 *dQ, const int *cu_q, const int *cu_k, int Hq,
                                             int Dh, int nslab, float scale, int causal) {
-    const int M = FB_FBM(D), b = (int)kg_bid_z(), h = (int)kg_bid_y(), i0 = (int)kg_bid_x() * M;
+    static_assert(M != 80 || D == 128, "80-row slabs are head dim 128's");
+    const int b = (int)kg_bid_z(), h = (int)kg_bid_y(), i0 = (int)kg_bid_x() * M;
     const int q0 = cu_q[b], Sq = cu_q[b + 1] - q0, Sk = cu_k[b + 1] - cu_k[b], diag = Sk - Sq;
     if (i0 >= Sq) return;
     const float *slab = acc + kg_fb_slab<M>(h, nslab, q0, b, i0) * M * D;
+    // A transposed slab (80 rows) goes through shared memory first, column
+    // col at tile[col·81] (81: the reads below meet 2-way bank conflicts,
+    // not 32-way), so that both its loads and dQ's stores are coalesced.
+    __shared__ float tile[M == 80 ? D * 81 : 1];
+    if (M == 80) {
+        for (int e = (int)kg_tid(); e < M * D / 4; e += 256) {
+            const float4 v = ((const float4 *)slab)[e];
+            // four rows r .. r + 3 of col (the swizzle is its own inverse)
+            const int col = 4 * e / M, r = kg_fb_slab_at_t(4 * e % M, col) - col * 80;
+            float *t = tile + col * 81 + r;
+            t[0] = v.x, t[1] = v.y, t[2] = v.z, t[3] = v.w;
+        }
+        __syncthreads();
+    }
     for (int e = (int)kg_tid(); e < M * Dh / 2; e += 256) {
         const int r = e / (Dh / 2), col = 2 * (e % (Dh / 2)), i = i0 + r;
         if (i >= Sq) break;
         const int seen = Sk > 0 && (!causal || i + diag >= 0);
-        const float v0 = seen ? slab[kg_fb_slab_at(r, col, D)] * scale : 0.0f;
-        const float v1 = seen ? slab[kg_fb_slab_at(r, col + 1, D)] * scale : 0.0f;
+        const float s0 = M == 80 ? tile[col * 81 + r] : slab[kg_fb_slab_at(r, col, D)];
+        const float s1 = M == 80 ? tile[(col + 1) * 81 + r] : slab[kg_fb_slab_at(r, col + 1, D)];
+        const float v0 = seen ? s0 * scale : 0.0f, v1 = seen ? s1 * scale : 0.0f;
         *(unsigned *)(dQ + ((kg_i64)(q0 + i) * Hq + h) * Dh + col) =
             BF ? kg_wg_pack(v0, v1, kg_bf16()) : kg_wg_pack(v0, v1, kg_f16());
     }
@@ -4064,8 +4162,8 @@ __device__ static inline void kg_fb_dq_post(const float *acc, kg_u16 *dQ, const 
                                        const int *cu_q, const int *cu_k, int Hq, int Hkv, int Dh, float scale, \
                                        int causal)                                                         \
     {                                                                                                    \
-        kg_fb_dkdv<D, BF, 0>(&tq, &tdo, &tk, &tv, LSE, Dsum, dK, dV, 0, 0, 0, cu_q, cu_k, Hq, Hkv, Dh, scale, \
-                             causal, 0);                                                                 \
+        kg_fb_dkdv<D, BF, 0, FB_BM>(&tq, &tdo, &tk, &tv, LSE, Dsum, dK, dV, 0, 0, 0, cu_q, cu_k, Hq, Hkv, Dh,   \
+                                    scale, causal, 0);                                                   \
     }                                                                                                    \
     extern "C" __global__ void __launch_bounds__(384, 1)                                                 \
     kg_attn_bwd_dq_sm90_d##D##_##sfx(const __grid_constant__ kg_tmap tq, const __grid_constant__ kg_tmap tdo, \
@@ -4080,33 +4178,37 @@ KG_FB_SM90_ENTRY(64, bf16, 1)
 KG_FB_SM90_ENTRY(128, f16, 0)
 KG_FB_SM90_ENTRY(128, bf16, 1)
 
-// The fused backward's entries: kg_attn_bwd_fused_sm90_d<D>_<dt> (dK, dV
+// The fused backward's entries: kg_attn_bwd_fused_sm90_<tag>_<dt> (dK, dV
 // and the dQ slabs; the locks zeroed before it) and
-// kg_attn_bwd_dq_post_sm90_d<D>_<dt> (dQ from the slabs).
-#define KG_FB_FUSED_ENTRY(D, sfx, BF)                                                                     \
-    KG_ATOMICS(kg_attn_bwd_fused_sm90_d##D##_##sfx, FB_DQ_ATOMIC)                                                   \
-    KG_ATOMICS(kg_attn_bwd_dq_post_sm90_d##D##_##sfx, 0)                                                 \
+// kg_attn_bwd_dq_post_sm90_<tag>_<dt> (dQ from the slabs), M query rows a
+// step: tags d64 and d128 (FB_FBM(D)) and d128nc (FB_NC_BM), which kgate
+// runs at head dim 128 without a mask only.
+#define KG_FB_FUSED_ENTRY(D, tag, M, sfx, BF)                                                              \
+    KG_ATOMICS(kg_attn_bwd_fused_sm90_##tag##_##sfx, FB_DQ_ATOMIC)                                       \
+    KG_ATOMICS(kg_attn_bwd_dq_post_sm90_##tag##_##sfx, 0)                                                \
     extern "C" __global__ void __launch_bounds__(384, 1)                                                 \
-    kg_attn_bwd_fused_sm90_d##D##_##sfx(const __grid_constant__ kg_tmap tq, const __grid_constant__ kg_tmap tdo, \
-                                        const __grid_constant__ kg_tmap tk, const __grid_constant__ kg_tmap tv,  \
-                                        const float *LSE, const float *Dsum, kg_u16 *dK, kg_u16 *dV,          \
-                                        float *acc, int *locks, int nslab, const int *cu_q, const int *cu_k,    \
-                                        int Hq, int Hkv, int Dh, float scale, int causal, int nres)      \
+    kg_attn_bwd_fused_sm90_##tag##_##sfx(const __grid_constant__ kg_tmap tq, const __grid_constant__ kg_tmap tdo, \
+                                         const __grid_constant__ kg_tmap tk, const __grid_constant__ kg_tmap tv,  \
+                                         const float *LSE, const float *Dsum, kg_u16 *dK, kg_u16 *dV,          \
+                                         float *acc, int *locks, int nslab, const int *cu_q, const int *cu_k,    \
+                                         int Hq, int Hkv, int Dh, float scale, int causal, int nres)      \
     {                                                                                                    \
-        kg_fb_dkdv<D, BF, 1>(&tq, &tdo, &tk, &tv, LSE, Dsum, dK, dV, acc, locks, nslab, cu_q, cu_k, Hq, Hkv, Dh, \
-                             scale, causal, nres);                                                       \
+        kg_fb_dkdv<D, BF, 1, M>(&tq, &tdo, &tk, &tv, LSE, Dsum, dK, dV, acc, locks, nslab, cu_q, cu_k, Hq, Hkv, \
+                                Dh, scale, causal, nres);                                                \
     }                                                                                                    \
     extern "C" __global__ void __launch_bounds__(256)                                                    \
-    kg_attn_bwd_dq_post_sm90_d##D##_##sfx(const float *acc, kg_u16 *dQ, const int *cu_q, const int *cu_k,    \
-                                          int Hq, int Dh, int nslab, float scale, int causal)            \
+    kg_attn_bwd_dq_post_sm90_##tag##_##sfx(const float *acc, kg_u16 *dQ, const int *cu_q, const int *cu_k,   \
+                                           int Hq, int Dh, int nslab, float scale, int causal)           \
     {                                                                                                    \
-        kg_fb_dq_post<D, BF>(acc, dQ, cu_q, cu_k, Hq, Dh, nslab, scale, causal);                         \
+        kg_fb_dq_post<D, BF, M>(acc, dQ, cu_q, cu_k, Hq, Dh, nslab, scale, causal);                      \
     }
 #if FB_BM == 64   // the entries exist whenever they can (the instruction checks see them); FB_FUSED runs them
-KG_FB_FUSED_ENTRY(64, f16, 0)
-KG_FB_FUSED_ENTRY(64, bf16, 1)
-KG_FB_FUSED_ENTRY(128, f16, 0)
-KG_FB_FUSED_ENTRY(128, bf16, 1)
+KG_FB_FUSED_ENTRY(64, d64, FB_FBM(64), f16, 0)
+KG_FB_FUSED_ENTRY(64, d64, FB_FBM(64), bf16, 1)
+KG_FB_FUSED_ENTRY(128, d128, FB_FBM(128), f16, 0)
+KG_FB_FUSED_ENTRY(128, d128, FB_FBM(128), bf16, 1)
+KG_FB_FUSED_ENTRY(128, d128nc, FB_NC_BM, f16, 0)
+KG_FB_FUSED_ENTRY(128, d128nc, FB_NC_BM, bf16, 1)
 #endif
 #endif // KG_SM90
 

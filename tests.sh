@@ -1370,7 +1370,10 @@ echo "== sm_90a fast paths: wgmma in kernels.hip's sm_90a build (no GPU)"
 # The Hopper entry points (kernels.hip, "GEMM, Hopper path", "Attention forward, Hopper path" and
 # "Attention backward, Hopper path"): each
 # must issue wgmma in its own body (a wgmma behind a call is serialized: ptxas C7510) and compile with no
-# spill and no warning.
+# spill and no warning; the fused backward's entries without a mask at head dim 128 (80 query rows a
+# step at 240 registers a consumer, 24 a producer) with at most 32 bytes of spill (a few descriptor
+# words a step in the consumers, the dQ warp's loop counters: 28 bytes with ptxas 13.0; the entry
+# measured 3% faster than 64 rows all the same, README).
 # the MX entries (absent from -D WG_BN=192 builds, whose halves of 96 columns spill)
 MX90="kg_qgemm_sm90_mx_e4m3_bf16 kg_qgemm_sm90_mx_e5m2_bf16 kg_qgemm_sm90_mx_e4m3_f32 kg_qgemm_sm90_mx_e5m2_f32"
 FAST90="kg_gemm_sm90_bf16 kg_gemm_sm90_f16 kg_gemm_sm90_nn_bf16 kg_gemm_sm90_nn_f16 kg_gemm_sm90_tn_bf16
@@ -1383,7 +1386,8 @@ FAST90="kg_gemm_sm90_bf16 kg_gemm_sm90_f16 kg_gemm_sm90_nn_bf16 kg_gemm_sm90_nn_
         kg_attn_bwd_dkdv_sm90_d64_bf16 kg_attn_bwd_dkdv_sm90_d128_bf16 kg_attn_bwd_dkdv_sm90_d64_f16
         kg_attn_bwd_dkdv_sm90_d128_f16 kg_attn_bwd_dq_sm90_d64_bf16 kg_attn_bwd_dq_sm90_d128_bf16
         kg_attn_bwd_dq_sm90_d64_f16 kg_attn_bwd_dq_sm90_d128_f16 kg_attn_bwd_fused_sm90_d64_bf16
-        kg_attn_bwd_fused_sm90_d64_f16 kg_attn_bwd_fused_sm90_d128_bf16 kg_attn_bwd_fused_sm90_d128_f16"
+        kg_attn_bwd_fused_sm90_d64_f16 kg_attn_bwd_fused_sm90_d128_bf16 kg_attn_bwd_fused_sm90_d128_f16
+        kg_attn_bwd_fused_sm90_d128nc_bf16 kg_attn_bwd_fused_sm90_d128nc_f16"
 nfast=$(echo $FAST90 | wc -w)
 nvcc=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
 ptxas=$(command -v ptxas || echo /usr/local/cuda/bin/ptxas)
@@ -1425,8 +1429,9 @@ sm90_ptx_check() {
         n=$(awk -v e="$e" '/\.entry /{name=$3; sub(/\(.*/, "", name)} /\.func /{name=""} name == e && /wgmma\.mma_async/{n++} END{print n + 0}' "$tmp/k90.ptx")
         min=4; case $e in *_mx_*) min=2;; esac   # MX: a K block's two halves
         [ "$n" -ge $min ] || echo "$e: $n wgmma.mma_async in its PTX body, want >= $min"
-        grep -A1 "Function properties for $e\$" "$tmp/k90.log" | grep -q " 0 bytes spill stores, 0 bytes spill loads" \
-            || echo "$e: spills (or no ptxas report)"
+        spill=$(grep -A1 "Function properties for $e\$" "$tmp/k90.log" | sed -n 's/.* \([0-9]*\) bytes spill stores.*/\1/p')
+        allow=0; case $e in *_d128nc_*) allow=32;; esac
+        [ -n "$spill" ] && [ "$spill" -le $allow ] || echo "$e: spills ${spill:-?} bytes (or no ptxas report), allowed $allow"
     done
     sm90_trans_check "$tmp/k90.ptx"
     sm90_regpool_check "$tmp/k90.ptx" "$tmp/k90.log"
@@ -1437,9 +1442,9 @@ if [ -x "$nvcc" ] && [ -x "$ptxas" ]; then
         || bad "sm_90a fast paths: $probs"
     grep -q "kg_attn_bwd_fused_sm90_smem_d64" "$tmp/k90.ptx" && grep -q "kg_attn_bwd_fused_sm90_smem_d128" "$tmp/k90.ptx" \
         && grep -q "cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32" "$tmp/k90.ptx" \
-        && grep -q "kg_attn_bwd_fused_sm90_bm_d64 = 128;" "$tmp/k90.ptx" \
-        && ok "the default build publishes the fused backward's shared memory at head dims 64 and 128 (both run it; 128 query rows a step at 64), and its dQ warp adds with a TMA bulk reduce" \
-        || bad "default sm_90a build: no kg_attn_bwd_fused_sm90_smem_d64 or _d128, no bm_d64 of 128, or no bulk reduce in the PTX"
+        && grep -q "kg_attn_bwd_fused_sm90_bm_d64 = 128;" "$tmp/k90.ptx" && grep -q "kg_attn_bwd_fused_sm90_bm_d128nc = 80;" "$tmp/k90.ptx" \
+        && ok "the default build publishes the fused backward's shared memory at head dims 64 and 128 (both run it; 128 query rows a step at 64, 80 at 128 without a mask), and its dQ warp adds with a TMA bulk reduce" \
+        || bad "default sm_90a build: no kg_attn_bwd_fused_sm90_smem_d64 or _d128, no bm_d64 of 128 or bm_d128nc of 80, or no bulk reduce in the PTX"
     # planted: the fused backward's producer at 32 registers and its consumers at 240 (a real hang of
     # 2026-12-03: 128 x 32 + 256 x 240 = 65536 registers, its launch holds 168 x 384 = 64512)
     awk '/\.entry /{e = /kg_attn_bwd_fused_sm90_d128_bf16\(/} e{sub(/setmaxnreg\.dec\.sync\.aligned\.u32 40;/, "setmaxnreg.dec.sync.aligned.u32 32;")
@@ -1459,9 +1464,9 @@ if [ -x "$nvcc" ] && [ -x "$ptxas" ]; then
     [ -z "$probs" ] && ! grep -q "kg_attn_bwd_fused_sm90_smem_d" "$tmp/k90.ptx" \
         && ok "-D FB_FUSED=0 (the backward's two passes at every head dim) builds the same way, and does not publish the fused pass's shared memory" \
         || bad "sm_90a, FB_FUSED=0: ${probs:-the build still publishes kg_attn_bwd_fused_sm90_smem_d64 or _d128}"
-    probs=$(sm90_ptx_check -DWG_CLUSTER=2 -DWG_STORE_V4=0 -DFB_DQ_ATOMIC=1 -DFB_ROTATE=1 -DWG_BN=128 -DFB_BM64=64)
-    [ -z "$probs" ] && ok "the knobs' other side (-D WG_CLUSTER=2 -D WG_STORE_V4=0 -D FB_DQ_ATOMIC=1 -D FB_ROTATE=1 -D WG_BN=128 -D FB_BM64=64) builds the same way: wgmma, no spill, no warning" \
-        || bad "sm_90a, WG_CLUSTER=2 WG_STORE_V4=0 FB_DQ_ATOMIC=1 FB_ROTATE=1 WG_BN=128 FB_BM64=64: $probs"
+    probs=$(sm90_ptx_check -DWG_CLUSTER=2 -DWG_STORE_V4=0 -DFB_DQ_ATOMIC=1 -DFB_ROTATE=1 -DWG_BN=128 -DFB_BM64=64 -DFB_NC_BM=64)
+    [ -z "$probs" ] && ok "the knobs' other side (-D WG_CLUSTER=2 -D WG_STORE_V4=0 -D FB_DQ_ATOMIC=1 -D FB_ROTATE=1 -D WG_BN=128 -D FB_BM64=64 -D FB_NC_BM=64) builds the same way: wgmma, no spill, no warning" \
+        || bad "sm_90a, WG_CLUSTER=2 WG_STORE_V4=0 FB_DQ_ATOMIC=1 FB_ROTATE=1 WG_BN=128 FB_BM64=64 FB_NC_BM=64: $probs"
     grep -q "\.reqnctapercluster 2, 1, 1" "$tmp/k90.ptx" && grep -q "multicast::cluster" "$tmp/k90.ptx" \
         && ok "-D WG_CLUSTER=2: the entries ask for clusters of 2 and load with TMA multicast" \
         || bad "-D WG_CLUSTER=2: no .reqnctapercluster 2, 1, 1 or no multicast in the PTX"

@@ -11,9 +11,10 @@
 
 /* The fused sm_90a backward's smallest query block (kernels.hip's FB_BM;
  * the arm's attn_bwd_fused_bm): slabs are counted in it (kg_fb_slab), and
- * a slab holds 64 x 128 floats, as many as a block of 128 rows at head
- * dim 64. */
+ * a slab holds ATTN_FB_SLAB floats, as many as the largest block's (80
+ * rows at head dim 128; 64 x 128 and 128 x 64 fit too). */
 #define ATTN_FB_ROWS 64
+#define ATTN_FB_SLAB (80 * 128)
 
 /* Apply attention option `key` (value `val`) to c: 1 if the value was
  * used, 0 for a flag, -1 if key is not an attention option; exit 2 on a
@@ -114,11 +115,11 @@ static int attn_bwd_kdim(const struct attn_case *a)
 }
 
 /* The bytes of case a's dQ slabs for the fused sm_90a backward: Hq ·
- * nslab slabs of ATTN_FB_ROWS x 128 floats (any arm's: a slab of M rows x
- * D, 64 x 128, 64 x 64 or 128 x 64, and at most nslab of them a head). */
+ * nslab slabs of ATTN_FB_SLAB floats (any arm's: a slab of M rows x D,
+ * at most 80 x 128, and at most nslab of them a head). */
 static size_t attn_slab_bytes(const struct attn_case *a)
 {
-    return a->g.hq * (size_t)a->nslab * ATTN_FB_ROWS * 128 * sizeof(float);
+    return a->g.hq * (size_t)a->nslab * ATTN_FB_SLAB * sizeof(float);
 }
 
 #define ATTN_Q_GAIN 8.0f   /* Q's scale: scores with a spread of ~2.7, a peaked softmax */
@@ -359,7 +360,8 @@ static void attn_bwd_args(struct run *r, struct attn_bwd_args *x, unsigned q_row
 /* The fused backward of case a (kernel head dim i: 0 for 64, 1 for 128;
  * the arm has it), after kg_attn_bwd_pre_<dt> has written Dsum: the slabs'
  * locks zeroed (the slabs themselves when the arm adds in any order, -D
- * FB_DQ_ATOMIC=1), then kg_attn_bwd_fused_sm90_d<D>_<dt> on grid
+ * FB_DQ_ATOMIC=1), then kg_attn_bwd_fused_sm90_d<D>_<dt> (at 128 without
+ * a mask d128nc, when the arm has it: FB_NC_BM query rows) on grid
  * (ceil(longest Sk / 128), Hkv, B), 384 threads, with Q and dO in boxes of
  * the arm's M rows (attn_bwd_fused_bm) and K and V of 128 (dK, dV and the
  * dQ sums), then kg_attn_bwd_dq_post_sm90_d<D>_<dt> on grid (ceil(longest
@@ -368,20 +370,24 @@ static void attn_bwd_args(struct run *r, struct attn_bwd_args *x, unsigned q_row
  * wait for later blocks of its head, safe only when they all fit at once. */
 static void attn_sm90_bwd_fused(struct run *r, int i)
 {
-    static const char *const fused[2][DT_COUNT] = {
+    static const char *const fused[3][DT_COUNT] = {
         { NULL, "kg_attn_bwd_fused_sm90_d64_f16", "kg_attn_bwd_fused_sm90_d64_bf16" },
         { NULL, "kg_attn_bwd_fused_sm90_d128_f16", "kg_attn_bwd_fused_sm90_d128_bf16" },
+        { NULL, "kg_attn_bwd_fused_sm90_d128nc_f16", "kg_attn_bwd_fused_sm90_d128nc_bf16" },
     };
-    static const char *const post[2][DT_COUNT] = {
+    static const char *const post[3][DT_COUNT] = {
         { NULL, "kg_attn_bwd_dq_post_sm90_d64_f16", "kg_attn_bwd_dq_post_sm90_d64_bf16" },
         { NULL, "kg_attn_bwd_dq_post_sm90_d128_f16", "kg_attn_bwd_dq_post_sm90_d128_bf16" },
+        { NULL, "kg_attn_bwd_dq_post_sm90_d128nc_f16", "kg_attn_bwd_dq_post_sm90_d128nc_bf16" },
     };
     struct attn_case *a = r->attn;
+    const struct arm *arm = r->d->arm;
     enum dtype t = r->c->dt;
     struct attn_bwd_args x;
-    int rows = r->d->arm->attn_bwd_fused_bm[i];
+    if (i == 1 && !a->g.causal && arm->attn_bwd_fused_smem[2] > 0) i = 2;
+    int rows = arm->attn_bwd_fused_bm[i];
     attn_bwd_args(r, &x, (unsigned)rows, 128);
-    if (r->d->arm->attn_bwd_fused_atomic)
+    if (arm->attn_bwd_fused_atomic)
         dev_fill(r->d, a->dq_slabs, 0, attn_slab_bytes(a));
     else
         dev_fill(r->d, a->dq_locks, 0, a->g.hq * (size_t)a->nslab * sizeof(int));
@@ -389,7 +395,7 @@ static void attn_sm90_bwd_fused(struct run *r, int i)
     void *kp[] = { &x.tq,       &x.tdo,    &x.tk,     &x.tv,  &x.L,    &a->dsum, &x.dK,      &x.dV, &a->dq_slabs,
                    &a->dq_locks, &a->nslab, &a->dcu_q, &a->dcu_k, &x.hq, &x.hkv,   &x.d, &x.scale, &x.causal, &nres };
     struct launch_dims l = { { (unsigned)((a->max_sk + 127) / 128), (unsigned)x.hkv, (unsigned)a->g.b }, 384,
-                             (unsigned)r->d->arm->attn_bwd_fused_smem[i], 0 };
+                             (unsigned)arm->attn_bwd_fused_smem[i], 0 };
     gpu_launch_dims(r->d, fused[i][t], &l, kp);
     void *pp[] = { &a->dq_slabs, &x.dQ, &a->dcu_q, &a->dcu_k, &x.hq, &x.d, &a->nslab, &x.scale, &x.causal };
     gpu_launch(r->d, post[i][t], (unsigned)((a->max_sq + rows - 1) / rows), (unsigned)x.hq,

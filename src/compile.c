@@ -364,8 +364,10 @@ struct arm {
     int attn_sm90_smem[3];        /* kg_attn_sm90_smem_d{64,128,256}: > 0 = it has that sm_90a attention forward */
     int attn_bwd_smem[2][2];      /* [d64, d128][dK/dV, dQ]: kg_attn_bwd_sm90_smem_d<D>, kg_attn_bwd_dq_sm90_smem_d<D> */
     int attn_bwd_bm, attn_bwd_dq_bn;  /* the sm_90a backward's boxes: dK/dV's query rows, dQ's keys (64 or 128) */
-    int attn_bwd_fused_smem[2];   /* kg_attn_bwd_fused_sm90_smem_d{64,128}: > 0 = that head dim runs the fused backward */
-    int attn_bwd_fused_bm[2];     /* kg_attn_bwd_fused_sm90_bm_d{64,128}: its query rows a step (Q/dO boxes, slab rows) */
+    int attn_bwd_fused_smem[3];   /* kg_attn_bwd_fused_sm90_smem_d{64,128,128nc}: > 0 = it has that fused backward
+                                     (d128nc: head dim 128 without a mask) */
+    int attn_bwd_fused_bm[3];     /* kg_attn_bwd_fused_sm90_bm_d{64,128,128nc}: its query rows a step (Q/dO boxes,
+                                     slab rows) */
     int attn_bwd_fused_atomic;    /* kg_attn_bwd_fused_sm90_atomic: 1 = its dQ sums need zeroed slabs, not locks */
     struct graph_slot graphs[GRAPH_SLOTS]; /* --graph: the current case's launches, captured (run_exec) */
 };
@@ -403,7 +405,8 @@ static void arm_use(struct device *d, struct arm *a)
 
 /* Read the sm_90a attention backward that arm a's code object publishes
  * (none: every size 0): the two passes at head dims 64 and 128, and the
- * fused pass at each; exit 5 on sizes or boxes kgate cannot launch. */
+ * fused pass at each (at 128 also its entry without a mask); exit 5 on
+ * sizes or boxes kgate cannot launch. */
 static void arm_read_attn_bwd(struct device *d, struct arm *a)
 {
     static const char *const pass[2] = { "kg_attn_bwd_sm90", "kg_attn_bwd_dq_sm90" };
@@ -415,16 +418,18 @@ static void arm_read_attn_bwd(struct device *d, struct arm *a)
                 die(EXIT_DEVICE, "%s publishes an sm_90a attention backward (%s%s) of %d bytes of shared memory "
                     "(want 0, none, to 262144)", a->src_name, pass[p], dim[i], v);
         }
-    static const char *const rows[2] = { "_bm_d64", "_bm_d128" };
-    for (int i = 0; i < 2; i++) {
-        int v = a->attn_bwd_fused_smem[i] = module_int(d, "kg_attn_bwd_fused_sm90", dim[i], 0);
+    static const char *const fdim[3] = { "_smem_d64", "_smem_d128", "_smem_d128nc" };
+    static const char *const rows[3] = { "_bm_d64", "_bm_d128", "_bm_d128nc" };
+    static const int other[3] = { 128, 64, 80 };   /* the rows each may take besides 64 */
+    for (int i = 0; i < 3; i++) {
+        int v = a->attn_bwd_fused_smem[i] = module_int(d, "kg_attn_bwd_fused_sm90", fdim[i], 0);
         if (v < 0 || v > 256 * 1024)
             die(EXIT_DEVICE, "%s publishes a fused sm_90a attention backward (kg_attn_bwd_fused_sm90%s) of %d "
-                "bytes of shared memory (want 0, none, to 262144)", a->src_name, dim[i], v);
+                "bytes of shared memory (want 0, none, to 262144)", a->src_name, fdim[i], v);
         int m = a->attn_bwd_fused_bm[i] = module_int(d, "kg_attn_bwd_fused_sm90", rows[i], 64);
-        if (v && m != 64 && !(i == 0 && m == 128))
+        if (v && m != 64 && m != other[i])
             die(EXIT_DEVICE, "%s publishes a fused sm_90a attention backward (kg_attn_bwd_fused_sm90%s) of %d query "
-                "rows a step (want 64; 128 at head dim 64)", a->src_name, rows[i], m);
+                "rows a step (want 64; 128 at head dim 64, 80 at 128 without a mask)", a->src_name, rows[i], m);
     }
     a->attn_bwd_fused_atomic = module_int(d, "kg_attn_bwd_fused_sm90", "_atomic", 0) != 0;
     a->attn_bwd_bm = module_int(d, "kg_attn_bwd_sm90", "_bm", 0);
@@ -433,7 +438,7 @@ static void arm_read_attn_bwd(struct device *d, struct arm *a)
     if (has && ((a->attn_bwd_bm != 64 && a->attn_bwd_bm != 128) || (a->attn_bwd_dq_bn != 64 && a->attn_bwd_dq_bn != 128)))
         die(EXIT_DEVICE, "%s publishes an sm_90a attention backward with boxes of %d query rows and %d keys (want 64 "
             "or 128 each)", a->src_name, a->attn_bwd_bm, a->attn_bwd_dq_bn);
-    if ((a->attn_bwd_fused_smem[0] || a->attn_bwd_fused_smem[1]) && a->attn_bwd_bm != 64)
+    if ((a->attn_bwd_fused_smem[0] || a->attn_bwd_fused_smem[1] || a->attn_bwd_fused_smem[2]) && a->attn_bwd_bm != 64)
         die(EXIT_DEVICE, "%s publishes a fused sm_90a attention backward with boxes of %d query rows (want 64)",
             a->src_name, a->attn_bwd_bm);
 }
