@@ -10,9 +10,10 @@
 #define ATTN_SCALE_MAX 1e4
 
 /* The fused sm_90a backward's smallest query block (kernels.hip's FB_BM;
- * the arm's attn_bwd_fused_bm): slabs are counted in it (kg_fb_slab), and
- * a slab holds ATTN_FB_SLAB floats, as many as the largest block's (80
- * rows at head dim 128; 64 x 128 and 128 x 64 fit too). */
+ * the arm's attn_bwd_fused_bm): slabs are counted in it (kg_fb_slab); the
+ * kernels put slab s of M x D floats at s·M·D, and kgate allocates
+ * ATTN_FB_SLAB floats a slab, the largest M·D (80 rows at head dim 128;
+ * 64 x 128 and 128 x 64 are smaller). */
 #define ATTN_FB_ROWS 64
 #define ATTN_FB_SLAB (80 * 128)
 
@@ -115,8 +116,8 @@ static int attn_bwd_kdim(const struct attn_case *a)
 }
 
 /* The bytes of case a's dQ slabs for the fused sm_90a backward: Hq ·
- * nslab slabs of ATTN_FB_SLAB floats (any arm's: a slab of M rows x D,
- * at most 80 x 128, and at most nslab of them a head). */
+ * nslab · ATTN_FB_SLAB floats, enough for Hq · nslab slabs of any arm's
+ * M x D (at most 80 x 128), packed at stride M·D. */
 static size_t attn_slab_bytes(const struct attn_case *a)
 {
     return a->g.hq * (size_t)a->nslab * ATTN_FB_SLAB * sizeof(float);
