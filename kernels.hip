@@ -3932,7 +3932,8 @@ __device__ static inline void kg_fb_dkdv(const kg_tmap *tq, const kg_tmap *tdo, 
     asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(FUSED && BM != 80 ? 232 : 240));
     const int c = wg - 1, kr = j0 + c * 64 + warp * 16 + lane / 4;   // this thread's keys: kr, kr + 8
     const float sl2 = scale * 1.4426950408889634f;
-    float dv[D / 2], dk[D / 2], st[BM / 2], dpt[BM / 2], dq[FUSED ? (BM == 80 ? 40 : 32) : 1];
+    const int DQR = BM == 80 ? 40 : 32;   // dQ's accumulators a thread: 64 x 64, or dQ^T's 64 x 80
+    float dv[D / 2], dk[D / 2], st[BM / 2], dpt[BM / 2], dq[FUSED ? DQR : 1];
     unsigned pt[BM / 16][4], dst[BM / 16][4];   // P^T, dS^T as A fragments
 #pragma unroll
     for (int i = 0; i < D / 2; i++) dv[i] = dk[i] = 0.0f;
@@ -3992,7 +3993,7 @@ __device__ static inline void kg_fb_dkdv(const kg_tmap *tq, const kg_tmap *tdo, 
             kg_wg_wait<1>();
             kg_wg_touch<D / 2>(dv);
             if (mine) {
-                kg_wg_touch<BM == 80 ? 40 : 32>(dq);
+                kg_wg_touch<DQR>(dq);
                 kg_bar_wait(dqempty + 8 * ub, (use & 1) ^ 1);   // the dQ warp has read step t - NB's partial
                 if (BM == 80) kg_fb_put_dq_t(dq, sdq + ub * FB_DQ_PART_BYTES(BM, D), 64 * c, warp, lane);
                 else

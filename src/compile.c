@@ -410,7 +410,8 @@ static void arm_use(struct device *d, struct arm *a)
 static void arm_read_attn_bwd(struct device *d, struct arm *a)
 {
     static const char *const pass[2] = { "kg_attn_bwd_sm90", "kg_attn_bwd_dq_sm90" };
-    static const char *const dim[2] = { "_smem_d64", "_smem_d128" };
+    /* the two passes' head dims, then the fused pass's entries (the third: 128 without a mask) */
+    static const char *const dim[3] = { "_smem_d64", "_smem_d128", "_smem_d128nc" };
     for (int i = 0; i < 2; i++)
         for (int p = 0; p < 2; p++) {
             int v = a->attn_bwd_smem[i][p] = module_int(d, pass[p], dim[i], 0);
@@ -418,14 +419,13 @@ static void arm_read_attn_bwd(struct device *d, struct arm *a)
                 die(EXIT_DEVICE, "%s publishes an sm_90a attention backward (%s%s) of %d bytes of shared memory "
                     "(want 0, none, to 262144)", a->src_name, pass[p], dim[i], v);
         }
-    static const char *const fdim[3] = { "_smem_d64", "_smem_d128", "_smem_d128nc" };
     static const char *const rows[3] = { "_bm_d64", "_bm_d128", "_bm_d128nc" };
     static const int other[3] = { 128, 64, 80 };   /* the rows each may take besides 64 */
     for (int i = 0; i < 3; i++) {
-        int v = a->attn_bwd_fused_smem[i] = module_int(d, "kg_attn_bwd_fused_sm90", fdim[i], 0);
+        int v = a->attn_bwd_fused_smem[i] = module_int(d, "kg_attn_bwd_fused_sm90", dim[i], 0);
         if (v < 0 || v > 256 * 1024)
             die(EXIT_DEVICE, "%s publishes a fused sm_90a attention backward (kg_attn_bwd_fused_sm90%s) of %d "
-                "bytes of shared memory (want 0, none, to 262144)", a->src_name, fdim[i], v);
+                "bytes of shared memory (want 0, none, to 262144)", a->src_name, dim[i], v);
         int m = a->attn_bwd_fused_bm[i] = module_int(d, "kg_attn_bwd_fused_sm90", rows[i], 64);
         if (v && m != 64 && m != other[i])
             die(EXIT_DEVICE, "%s publishes a fused sm_90a attention backward (kg_attn_bwd_fused_sm90%s) of %d query "
