@@ -25,6 +25,7 @@
 // sm_90a only (Hopper: wgmma, TMA, mbarrier; optional in a --kernels file):
 //   kg_gemm_sm90_{f16,bf16}            persistent GEMM and grouped GEMM, K-major operands
 //   kg_qgemm_sm90_{e4m3,e5m2}_{bf16,f32}     the same for fp8 with per-tensor or per-row scales
+//   kg_qgemm_sm90_n192_{e4m3,e5m2}_{bf16,f32}  the same at tiles of 128 x 192 (one partial a stage)
 //   kg_qgemm_sm90_blk_{e4m3,e5m2}_{bf16,f32} the same with blockwise scales (1 x 128 of A, 128 x 128 of B)
 //   kg_qgemm_sm90_mx_{e4m3,e5m2}_{bf16,f32}  the same for MX (E8M0 scales per 32 of K): MXFP8, MXFP4
 //   kg_pack_rows                       copies an operand TMA cannot read into 16-byte rows
@@ -593,6 +594,11 @@ kg_gemm_f32(const float *X, const float *Y, float *C, int M, int N, int K, kg_i6
 //   kg_qgemm_sm90_blk_{e4m3,e5m2}_bf16  the same with one scale per 128 of K
 //                                  (blockwise: 1 x 128 of A, 128 x 128 of B)
 //   kg_qgemm_sm90_{,blk_}{e4m3,e5m2}_f32  the two above with an fp32 output
+//   kg_qgemm_sm90_n192_{e4m3,e5m2}_{bf16,f32}  per tensor or per row at
+//                                  tiles of 128 x 192, each stage's partial
+//                                  one wgmma m64n192k32 wide (WG_BN = 256
+//                                  builds; kgate takes them where the
+//                                  rounds of tiles over the SMs cost less)
 //   kg_qgemm_sm90_mx_{e4m3,e5m2}_{bf16,f32}  MX: one E8M0 scale per 32 of K
 //                                  of each row of A and of B (MXFP8; MXFP4
 //                                  too, its E2M1 codes first unpacked to
@@ -607,17 +613,19 @@ kg_gemm_f32(const float *X, const float *Y, float *C, int M, int N, int K, kg_i6
 // zeros (times the scales).
 //   - Persistent grid: gridDim.x blocks (one per SM, at most one per tile),
 //     in clusters of WG_CLUSTER blocks.  A unit is WG_CLUSTER tiles of
-//     WG_BM x WG_BN stacked in M, one per block of a cluster; the clusters
+//     WG_BM x BN (BN: WG_BN, or 192 in the kg_qgemm_sm90_n192_* entries)
+//     stacked in M, one per block of a cluster; the clusters
 //     stride over the `units` units of C.  G = 0: units_m x tiles_n in bands
 //     of WG_GROUP_M tile rows (neighbouring blocks share operand panels in
 //     L2); G > 0: group after group (offs[G+1], the ragged rows), banded the
 //     same way within a group.  An empty group has no unit.
 //   - Warp specialisation: 3 warpgroups of 128 threads.  Warpgroup 0
 //     produces: it fills a ring of WG_STAGES shared-memory stages, each the
-//     WG_BM x 128-byte slice of X and the WG_BN x 128-byte slice of Y^T (64
+//     WG_BM x 128-byte slice of X and the BN x 128-byte slice of Y^T (64
 //     fp16/bf16 or 128 fp8 elements of K).  Warpgroups 1 and 2 consume: each
-//     owns 64 rows of the tile and issues four wgmma m64nWG_BNk16 per stage
-//     (fp8: twice four m64n(WG_BN/2)k32, see "Input types"), A and B from
+//     owns 64 rows of the tile and issues four wgmma m64nBNk16 per stage
+//     (fp8: twice four m64n(BN/2)k32, or four m64nBNk32 at BN <= 192 per
+//     tensor and per row, see "Input types"), A and B from
 //     shared memory, then frees the stage.  setmaxnreg moves registers from
 //     the producer to the consumers.
 //   - Stages are in the layout that TMA's 128-byte swizzle writes: rows of
@@ -632,7 +640,7 @@ kg_gemm_f32(const float *X, const float *Y, float *C, int M, int N, int K, kg_i6
 //         [G][K][N]); out-of-range elements are zero-filled;
 //         rows of a box past a group's end belong to output rows (columns)
 //         that are never stored.  In a cluster the blocks share Y's slice:
-//         each loads WG_BN / WG_CLUSTER of its rows into every block
+//         each loads BN / WG_CLUSTER of its rows into every block
 //         (multicast).  kgate packs an operand of any other stride first
 //         (kg_pack_rows) unless the build says WG_NO_PACK;
 //       loads (any stride, e.g. K = 4093 in bf16): each producer warp copies
@@ -697,14 +705,17 @@ kg_gemm_f32(const float *X, const float *Y, float *C, int M, int N, int K, kg_i6
 #define WG_THREADS 384
 #define WG_A_BYTES (WG_BM * WG_ROW)
 #define WG_MN_CHUNK (64 * WG_ROW)           // MN-major (16-bit): 64 rows x 64 of K, one TMA box
-#define WG_STAGE_BYTES ((WG_BM + WG_BN) * WG_ROW)
+#define WG_STAGE_BYTES_N(BN) ((WG_BM + (BN)) * WG_ROW)
+#define WG_STAGE_BYTES WG_STAGE_BYTES_N(WG_BN)
 #define WG_MX 32                            // MX: the K of a scale block, four per stage
-#define WG_MX_BYTES (4 * (WG_BM + WG_BN) * 4)   // MX: a stage's scales as floats, X's [4][WG_BM], Y^T's [4][WG_BN]
+#define WG_MX_BYTES_N(BN) (4 * (WG_BM + (BN)) * 4)   // MX: a stage's scales as floats, X's [4][WG_BM], Y^T's [4][BN]
+#define WG_MX_BYTES WG_MX_BYTES_N(WG_BN)
 // Dynamic shared memory: the stages, 1 KiB to align them to the swizzle
 // pattern, the 2 x WG_STAGES mbarriers, and the MX entries' scales of
 // each stage (where the fp8 entries scaled in the epilogue copy their tile's
 // column scales instead, kg_wg_cols_fill; the others leave it unused).
-#define WG_SMEM (WG_STAGES * (WG_STAGE_BYTES + WG_MX_BYTES) + 1024 + 16 * WG_STAGES)
+#define WG_SMEM_N(BN) (WG_STAGES * (WG_STAGE_BYTES_N(BN) + WG_MX_BYTES_N(BN)) + 1024 + 16 * WG_STAGES)
+#define WG_SMEM WG_SMEM_N(WG_BN)
 #if WG_BN != 128 && WG_BN != 192 && WG_BN != 256
 #error "WG_BN must be 128, 192 or 256"
 #endif
@@ -725,7 +736,7 @@ extern "C" __device__ int kg_gemm_sm90_tile_m = WG_BM;
 extern "C" __device__ int kg_gemm_sm90_tile_n = WG_BN;
 // Blocks per cluster: the launch counts units of WG_CLUSTER tiles (stacked
 // in M), one per cluster at a time, and makes Y's tensor map in boxes of
-// WG_BN / WG_CLUSTER rows.
+// WG_BN / WG_CLUSTER rows (192 / WG_CLUSTER for kg_qgemm_sm90_n192_*).
 extern "C" __device__ int kg_gemm_sm90_cluster = WG_CLUSTER;
 // 1: an operand whose row stride TMA cannot take is first copied by
 // kg_pack_rows into rows of a multiple of 16 bytes (in the same launch), then
@@ -747,6 +758,13 @@ extern "C" __device__ int kg_qgemm_sm90_f32 = 1;
 // 96 columns leave ptxas a register short: it spills).
 #define WG_HAS_MX (WG_BN != 192)
 extern "C" __device__ int kg_qgemm_sm90_mx = WG_HAS_MX ? WG_MX : 0;
+// The per-tensor and per-row fp8 entries at tiles of 128 x 192
+// (kg_qgemm_sm90_n192_{e4m3,e5m2}_{bf16,f32}: each stage's partial spans the
+// tile's width, one wgmma m64n192k32 a k32 step): their dynamic shared
+// memory; kgate launches them where a product's rounds of tiles over the
+// SMs cost fewer columns than at WG_BN's (src/lowprec.c, q_sm90_tile).  0 or
+// absent: none (builds at WG_BN other than 256).
+extern "C" __device__ int kg_qgemm_sm90_n192_smem = WG_BN == 256 ? WG_SMEM_N(192) : 0;
 
 // A TMA descriptor (CUtensorMap): 128 opaque bytes built on the host.
 struct __align__(64) kg_tmap { unsigned long long v[16]; };
@@ -943,16 +961,18 @@ KG_WG_MMA8(kg_wgmma_n96_e4m3, 96, "e4m3", KG_WG_D48, KG_WG_F48(d), "48", "49", "
 KG_WG_MMA8(kg_wgmma_n96_e5m2, 96, "e5m2", KG_WG_D48, KG_WG_F48(d), "48", "49", "50")
 KG_WG_MMA8(kg_wgmma_n64_e4m3, 64, "e4m3", KG_WG_D32, KG_WG_F32(d), "32", "33", "34")
 KG_WG_MMA8(kg_wgmma_n64_e5m2, 64, "e5m2", KG_WG_D32, KG_WG_F32(d), "32", "33", "34")
+KG_WG_MMA8(kg_wgmma_n192_e4m3, 192, "e4m3", KG_WG_D96, KG_WG_F96(d), "96", "97", "98")
+KG_WG_MMA8(kg_wgmma_n192_e5m2, 192, "e5m2", KG_WG_D96, KG_WG_F96(d), "96", "97", "98")
 
 // Input types.  fp16/bf16: EB = 2-byte elements, one wgmma m64nWG_BNk16 per
 // 32 bytes of K into the fp32 accumulators.  fp8: EB = 1, and since the fp8
 // tensor-core accumulation is narrower than fp32 (66.8 dB, about 2^-11
 // relative, at K = 1000 in the e4m3 row -> f32 case of shapes.txt), each
-// stage's 128 k are accumulated in a partial of WG_BN/2 columns (wgmma
-// m64n(WG_BN/2)k32, two halves) and added to the fp32 accumulators
-// (DeepGEMM's promotion): 79 dB there, still short of the portable arm's
-// fp32 sums: an fp32 output fails its baseline there, so kgate runs the
-// fp8 _f32 entries only when told that they trade precision
+// stage's 128 k are accumulated in a partial of BN/2 columns (BN: the tile's
+// columns; wgmma m64n(BN/2)k32, two halves) and added to the fp32
+// accumulators (DeepGEMM's promotion): 79 dB there, still short of the
+// portable arm's fp32 sums: an fp32 output fails its baseline there, so
+// kgate runs the fp8 _f32 entries only when told that they trade precision
 // (--trades-precision), and otherwise the portable kernel; bf16 outputs'
 // own rounding hides the difference.  Blockwise scales (SK)
 // fall on the same 128 k: each stage's partial is added times its scales
@@ -960,32 +980,41 @@ KG_WG_MMA8(kg_wgmma_n64_e5m2, 64, "e5m2", KG_WG_D32, KG_WG_F32(d), "32", "33", "
 // wgmma before adding (making the two consumers take turns at issuing, so
 // that one adds while the other's wgmma runs, measured slower: README,
 // the variants ledger; so did adding half of them under the next half's
-// wgmma, two partials in registers).  WG_FP8_SPAN (per tensor and per row):
+// wgmma, two partials in registers, and quarters of 64 columns with A
+// from registers, two partials in turn, 13.5% slower).  Per tensor and per
+// row at BN <= 192 (kg_qgemm_sm90_n192_*) the partial spans all BN columns:
+// one wgmma m64nBNk32 a k32 step, one wait a stage; at 8192^3 5.5% faster
+// than the halves of 256, of which 21 rounds of 192 columns against 16 of
+// 256 explain 1.6 points (README).  WG_FP8_SPAN (per tensor and per row):
 // stages per partial; 1 as shipped, 2 (one wait per stage, sums half as
 // exact) measured 2.1% faster per tensor and at parity per row, 0 (never
-// promoted, a diagnostic) 7.2% faster per tensor: the promotion is a small
-// part of the gap to cuBLAS.  PRODUCER / CONSUMER: the
+// promoted, a diagnostic) 7.2% faster per tensor.  PRODUCER / CONSUMER: the
 // setmaxnreg split; the block holds 168 x 384 registers (__launch_bounds__(
 // 384, 1)), and a split that asks for more makes setmaxnreg.inc wait forever.
 #define KG_WG_IN16(name, t)                                                                        \
     struct name {                                                                                  \
         static const int EB = 2, PROMOTE = 0, PRODUCER = 120, CONSUMER = 192;                      \
-        template <int TX, int TY>                                                                  \
+        template <int TX, int TY, int BN = WG_BN>                                                  \
         __device__ static void mma(float *d, unsigned long long a, unsigned long long b, int acc) { \
-            if (WG_BN == 256) kg_wgmma_n256_##t<TX, TY>(d, a, b, acc);                             \
-            else if (WG_BN == 192) kg_wgmma_n192_##t<TX, TY>(d, a, b, acc);                        \
+            if (BN == 256) kg_wgmma_n256_##t<TX, TY>(d, a, b, acc);                                \
+            else if (BN == 192) kg_wgmma_n192_##t<TX, TY>(d, a, b, acc);                           \
             else kg_wgmma_n128_##t<TX, TY>(d, a, b, acc);                                          \
         }                                                                                          \
     };
 #define KG_WG_IN8(name, t)                                                                         \
     struct name {                                                                                  \
         static const int EB = 1, PROMOTE = 1, PRODUCER = 72, CONSUMER = 216;                       \
-        template <int TX, int TY>                                                                  \
+        template <int TX, int TY, int BN = WG_BN>                                                  \
         __device__ static void mma(float *d, unsigned long long a, unsigned long long b, int acc) { \
             static_assert(!TX && !TY, "fp8 wgmma reads K-major operands only");                    \
-            if (WG_BN == 256) kg_wgmma_n128_##t(d, a, b, acc);                                     \
-            else if (WG_BN == 192) kg_wgmma_n96_##t(d, a, b, acc);                                 \
+            if (BN == 256) kg_wgmma_n128_##t(d, a, b, acc);                                        \
+            else if (BN == 192) kg_wgmma_n96_##t(d, a, b, acc);                                    \
             else kg_wgmma_n64_##t(d, a, b, acc);                                                   \
+        }                                                                                          \
+        template <int BN>                                                                          \
+        __device__ static void mma_whole(float *d, unsigned long long a, unsigned long long b, int acc) { \
+            if (BN == 192) kg_wgmma_n192_##t(d, a, b, acc);                                        \
+            else kg_wgmma_n128_##t(d, a, b, acc);                                                  \
         }                                                                                          \
     };
 KG_WG_IN16(kg_wg_bf16, bf16)
@@ -1068,16 +1097,17 @@ __device__ static inline int kg_wg_units_m(int rows) {
 
 // Where the tile of block `rank` of the cluster in unit u lies: its group g,
 // its rows [m0, m_end) of X and C (m_end: the end of the group's rows, or
-// M), its columns from n0, its inner range [k0, k1).  A unit is WG_CLUSTER
-// tiles stacked in M, one per block of a cluster, with the same columns;
-// m0 >= m_end (a tile past the group's rows, when they have an odd number of
-// tiles) stores nothing.  RK (ragged inner dimension, G groups): every group
-// has the same M x N tiles, group after group, and sums over its own rows
-// [offs[g], offs[g+1]) of X^T and Y; otherwise the inner range is [0, K).
+// M), its columns from n0 (tiles of BN columns), its inner range [k0, k1).
+// A unit is WG_CLUSTER tiles stacked in M, one per block of a cluster, with
+// the same columns; m0 >= m_end (a tile past the group's rows, when they
+// have an odd number of tiles) stores nothing.  RK (ragged inner dimension,
+// G groups): every group has the same M x N tiles, group after group, and
+// sums over its own rows [offs[g], offs[g+1]) of X^T and Y; otherwise the
+// inner range is [0, K).
 struct kg_wg_at { int g, m0, m_end, n0, k0, k1; };
-template <int RK>
+template <int RK, int BN>
 __device__ static inline kg_wg_at kg_wg_locate(int u, unsigned rank, const int *offs, int G, int M, int N, int K) {
-    const int tiles_n = (N + WG_BN - 1) / WG_BN;
+    const int tiles_n = (N + BN - 1) / BN;
     kg_wg_at at = { 0, 0, M, 0, 0, K };
     int um = 0, tn = 0;
     if (RK) {
@@ -1098,7 +1128,7 @@ __device__ static inline kg_wg_at kg_wg_locate(int u, unsigned rank, const int *
         }
     }
     at.m0 += (um * WG_CLUSTER + (int)rank) * WG_BM;
-    at.n0 = tn * WG_BN;
+    at.n0 = tn * BN;
     return at;
 }
 
@@ -1228,11 +1258,12 @@ __device__ static inline void kg_wg_load(unsigned tile, const kg_tmap *m, int k0
 // proxy and both consumer warpgroups meet on named barrier 1, so that no
 // wgmma reads a chunk before it is zeroed.  A K row of a chunk is 128
 // contiguous bytes whatever the swizzle.
+template <int BN>
 __device__ static inline void kg_wg_zero_tail(unsigned sx, unsigned sy, int kv, int c, int t) {
     const int n = (64 - kv) * 8;   // 16-byte pieces per chunk
     for (int i = t; i < n; i += 128)
         asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};" ::"r"(sx + kv * 128 + i * 16), "r"(0u) : "memory");
-    for (int j = c; j < WG_BN / 64; j += 2)
+    for (int j = c; j < BN / 64; j += 2)
         for (int i = t; i < n; i += 128)
             asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};"
                          ::"r"(sy + j * WG_MN_CHUNK + kv * 128 + i * 16), "r"(0u) : "memory");
@@ -1246,8 +1277,9 @@ __device__ static inline void kg_wg_zero_tail(unsigned sx, unsigned sy, int kv, 
 // tile's two column halves, sb + g x sbg + (n / grb) x nkb.  A row past the
 // group's rows or a half past N takes the last one's (in range, never
 // stored).  A half lies inside one block of Y^T's rows: the host checks
-// that WG_BN/2 divides grb.
+// that BN/2 divides grb.
 struct kg_wg_scale_rows { const float *a[2], *b[2]; int z; };
+template <int BN>
 __device__ static inline kg_wg_scale_rows kg_wg_scale_rows_at(const kg_wg_at &at, int r, int N, int nkb,
                                                               const float *sa, const float *sb, int gra, int grb,
                                                               int sbg, bool lane_z) {
@@ -1259,7 +1291,7 @@ __device__ static inline kg_wg_scale_rows kg_wg_scale_rows_at(const kg_wg_at &at
     }
 #pragma unroll
     for (int h = 0; h < 2; h++) {
-        const int n = min(at.n0 + h * (WG_BN / 2), N - 1);
+        const int n = min(at.n0 + h * (BN / 2), N - 1);
         s.b[h] = sb + (kg_i64)at.g * sbg + (kg_i64)(n / grb) * nkb;
     }
     // lane_z: z = 0 (N > 0), but it varies per lane as far as ptxas can tell.  A half's scale
@@ -1277,20 +1309,21 @@ __device__ static inline void kg_wg_scales_load(float v[4], const kg_wg_scale_ro
     v[0] = s.a[0][kb], v[1] = s.a[1][kb], v[2] = s.b[0][kb + s.z], v[3] = s.b[1][kb + s.z];
 }
 
-// fp8: k32 step kk of half h of a stage (the WG_BN/2 columns of Y^T from
-// h x WG_BN/2) into p (added to it when acc), A this consumer's 64 rows at
-// sx, B the stage's Y^T at sy; neither fenced nor committed.
-template <class In>
+// fp8: k32 step kk of half h of a stage (the BN/2 columns of Y^T from
+// h x BN/2; BN: the tile's columns) into p (added to it when acc), A this
+// consumer's 64 rows at sx, B the stage's Y^T at sy; neither fenced nor
+// committed.
+template <class In, int BN>
 __device__ static __forceinline__ void kg_wg_mma_k32(float *p, unsigned sx, unsigned sy, int h, int kk, int acc) {
-    In::template mma<0, 0>(p, kg_wg_desc_on(sx, kk * 32), kg_wg_desc_on(sy, h * (WG_BN / 2) * 128 + kk * 32), acc);
+    In::template mma<0, 0, BN>(p, kg_wg_desc_on(sx, kk * 32), kg_wg_desc_on(sy, h * (BN / 2) * 128 + kk * 32), acc);
 }
-// fp8 promotion: a half's completed partial p added into its WG_BN/4
+// fp8 promotion: a half's completed partial p added into its BN/4
 // accumulators d, times t[row half] (register i holds row half (i >> 1) & 1)
 // when SK, as ref.c's qprod_elem does: fma(partial, scale, acc).
-template <int SK>
+template <int SK, int BN>
 __device__ static __forceinline__ void kg_wg_promote(float *d, const float *p, const float *t) {
 #pragma unroll
-    for (int i = 0; i < WG_BN / 4; i++) {
+    for (int i = 0; i < BN / 4; i++) {
         if (SK) d[i] = kg_fma(p[i], t[(i >> 1) & 1], d[i]);
         else d[i] += p[i];
     }
@@ -1313,16 +1346,16 @@ __device__ static inline float kg_e8m0(unsigned e) {
 }
 // MX producer: thread t of NT writes stage kb's scales into its scale area
 // sc as floats (kg_e8m0): X's as [4][WG_BM] (tile row r of K block 4kb + j
-// at j x WG_BM + r), then Y^T's as [4][WG_BN].  sa, sb: E8M0 bytes, row m of
+// at j x WG_BM + r), then Y^T's as [4][BN].  sa, sb: E8M0 bytes, row m of
 // X's at sa + m x nkb, row n of group g's Y^T at sb + g x sbg + n x nkb.  A
 // row past the group's rows (past N) or a K block past the last scales 0:
 // its partial is 0 (TMA's zero fill) or never stored, and 0, not NaN x 0.
 // A row's four bytes are one 4-byte load when every row is 4-byte aligned
 // (v4); every load is issued before any store.
-template <int NT>
+template <int NT, int BN>
 __device__ static inline void kg_wg_mx_fill(unsigned sc, const kg_wg_at &at, int kb, int N, int nkb,
                                             const unsigned char *sa, const unsigned char *sb, int sbg, int t) {
-    constexpr int R = WG_BM + WG_BN, PER = (R + NT - 1) / NT;
+    constexpr int R = WG_BM + BN, PER = (R + NT - 1) / NT;
     static_assert(PER <= 8, "a row's four bits of `ok` each");
     const int b0 = 4 * kb;
     const unsigned most = nkb - b0 >= 4 ? 15u : (1u << (nkb - b0)) - 1;   // the blocks that exist
@@ -1344,7 +1377,7 @@ __device__ static inline void kg_wg_mx_fill(unsigned sc, const kg_wg_at &at, int
     for (int u = 0; u < PER; u++) {
         const int i = t + NT * u;
         if (i >= R) continue;
-        const unsigned at0 = sc + (i < WG_BM ? i : 4 * WG_BM + i - WG_BM) * 4, stride = (i < WG_BM ? WG_BM : WG_BN) * 4;
+        const unsigned at0 = sc + (i < WG_BM ? i : 4 * WG_BM + i - WG_BM) * 4, stride = (i < WG_BM ? WG_BM : BN) * 4;
 #pragma unroll
         for (int j = 0; j < 4; j++) {
             const float v = ok >> (4 * u + j) & 1 ? kg_e8m0(w[u] >> (8 * j) & 255) : 0.0f;
@@ -1353,18 +1386,19 @@ __device__ static inline void kg_wg_mx_fill(unsigned sc, const kg_wg_at &at, int
     }
 }
 // MX promotion: the completed partial p of K block kk of a stage (half h)
-// added into its WG_BN/4 accumulators d times the block's scales, those of
+// added into its BN/4 accumulators d times the block's scales, those of
 // this thread's tile rows r and r + 8 and of its columns, from the stage's
 // scale area sc: fma(partial, sa x sb, acc), as ref.c's qprod_elem.
-// Register 4i + 2e + j of p holds row r + 8e, column h x WG_BN/2 + 8i + 2q + j.
+// Register 4i + 2e + j of p holds row r + 8e, column h x BN/2 + 8i + 2q + j.
+template <int BN>
 __device__ static __forceinline__ void kg_wg_promote_mx(float *d, const float *p, unsigned sc, int kk, int r, int h,
                                                         int q) {
     float ra[2];
     asm volatile("ld.shared.f32 %0, [%1];" : "=f"(ra[0]) : "r"(sc + (kk * WG_BM + r) * 4));
     asm volatile("ld.shared.f32 %0, [%1];" : "=f"(ra[1]) : "r"(sc + (kk * WG_BM + r + 8) * 4));
-    const unsigned cb = sc + (4 * WG_BM + kk * WG_BN + h * (WG_BN / 2) + 2 * q) * 4;
+    const unsigned cb = sc + (4 * WG_BM + kk * BN + h * (BN / 2) + 2 * q) * 4;
 #pragma unroll
-    for (int i = 0; i < WG_BN / 16; i++) {
+    for (int i = 0; i < BN / 16; i++) {
         float b[2];
         asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];" : "=f"(b[0]), "=f"(b[1]) : "r"(cb + 32 * i));
 #pragma unroll
@@ -1375,7 +1409,7 @@ __device__ static __forceinline__ void kg_wg_promote_mx(float *d, const float *p
 }
 
 // wgmma descriptor of k16 step kk of the operand tile at `tile` (one
-// consumer's 64 rows of X, or Y^T's WG_BN rows): K-major (T = 0) 32 bytes
+// consumer's 64 rows of X, or Y^T's BN rows): K-major (T = 0) 32 bytes
 // on per step; MN-major (T = 1) 16 K rows (2 KiB) on per step, the next 64
 // rows WG_MN_CHUNK on.
 template <int T>
@@ -1401,32 +1435,33 @@ __device__ static __forceinline__ void kg_wg_scale_pair(float &v0, float &v1, fl
     v0 *= rs * (SC == 1 ? cs : cols[j]);
     v1 *= rs * (SC == 1 ? cs : cols[j + 1]);
 }
-// SC = 2: the WG_BN column scales of the tile at `at` (sbt[n / grb], 0 for n
+// SC = 2: the BN column scales of the tile at `at` (sbt[n / grb], 0 for n
 // >= N, whose outputs are never stored) into this warp's `cols`, all loaded
 // before any is stored.
+template <int BN>
 __device__ static __forceinline__ void kg_wg_cols_fill(float *cols, const kg_wg_at &at, int N, const float *sbt,
                                                        int grb, int lane) {
-    float v[WG_BN / 32];
+    float v[BN / 32];
 #pragma unroll
-    for (int k = 0; k < WG_BN / 32; k++) {
+    for (int k = 0; k < BN / 32; k++) {
         const int n = at.n0 + lane + 32 * k;
         v[k] = n < N ? sbt[grb == 1 ? n : n / grb] : 0.0f;
     }
     float *mine = cols + lane;   // one base, constant offsets
     __syncwarp();                // every lane is done with the last tile's
 #pragma unroll
-    for (int k = 0; k < WG_BN / 32; k++) mine[32 * k] = v[k];
+    for (int k = 0; k < BN / 32; k++) mine[32 * k] = v[k];
     __syncwarp();
 }
 
 // Epilogues: one warp's 16 rows of a tile, from row r0 of the tile at `at`,
-// out of the accumulators d of m64nWG_BNk (register 4i + 2h + j of lane l
+// out of the accumulators d of m64nBNk (register 4i + 2h + j of lane l
 // holds row r0 + l/4 + 8h, column 8i + 2(l%4) + j), times the scales of
 // kind SC (kg_wg_scale_pair; row scales sa[m / gra]); nothing outside the
 // group's rows or N is written.
 // Pairs: each lane stores its column pairs (4 bytes when contiguous and
 // aligned).
-template <class Out, int SC>
+template <class Out, int SC, int BN>
 __device__ static __forceinline__ void kg_wg_store_pairs(const float *d, const kg_wg_at &at, typename Out::S *C,
                                                          int N, kg_i64 scm, kg_i64 scn, const float *sa, int gra,
                                                          float cs, const float *cols, int r0, int lane) {
@@ -1439,7 +1474,7 @@ __device__ static __forceinline__ void kg_wg_store_pairs(const float *d, const k
         const float rs = SC ? sa[m / gra] : 1.0f;
         typename Out::S *row = C + (kg_i64)m * scm;
 #pragma unroll
-        for (int i = 0; i < WG_BN / 8; i++) {
+        for (int i = 0; i < BN / 8; i++) {
             const int n = at.n0 + j_lo + 8 * i;
             if (n >= N) continue;
             float v0 = d[4 * i + 2 * h], v1 = d[4 * i + 2 * h + 1];
@@ -1452,7 +1487,7 @@ __device__ static __forceinline__ void kg_wg_store_pairs(const float *d, const k
 // pairs (kg_quad_transpose) so that lane q holds the 8 columns 8q .. 8q+7 of
 // the 32, stored as one 16-byte store when they lie inside N, the row is
 // contiguous (scn = 1) and aligned; one element at a time otherwise.
-template <class Out, int SC>
+template <class Out, int SC, int BN>
 __device__ static __forceinline__ void kg_wg_store_v4(const float *d, const kg_wg_at &at, typename Out::S *C,
                                                       int N, kg_i64 scm, kg_i64 scn, const float *sa, int gra,
                                                       float cs, const float *cols, int r0, int lane) {
@@ -1465,7 +1500,7 @@ __device__ static __forceinline__ void kg_wg_store_v4(const float *d, const kg_w
         const float rs = SC && row_in ? sa[m / gra] : 1.0f;
         typename Out::S *row = C + (kg_i64)m * scm;
 #pragma unroll
-        for (int k = 0; k < WG_BN / 32; k++) {
+        for (int k = 0; k < BN / 32; k++) {
             unsigned p[4];
 #pragma unroll
             for (int e = 0; e < 4; e++) {
@@ -1500,29 +1535,29 @@ __device__ static __forceinline__ void kg_wg_store_v4(const float *d, const kg_w
 // 8192^3), MX keeps the pairs (its producers spill at 56; 0.4% slower).
 template <int V>
 struct kg_wg_tag {};
-template <class Out, int SC, class... A>
+template <class Out, int SC, int BN, class... A>
 __device__ static __forceinline__ void kg_wg_store_tile(kg_wg_tag<1>, A... a) {
-    kg_wg_store_v4<Out, SC>(a...);
+    kg_wg_store_v4<Out, SC, BN>(a...);
 }
-template <class Out, int SC, class... A>
+template <class Out, int SC, int BN, class... A>
 __device__ static __forceinline__ void kg_wg_store_tile(kg_wg_tag<0>, A... a) {
-    kg_wg_store_pairs<Out, SC>(a...);
+    kg_wg_store_pairs<Out, SC, BN>(a...);
 }
 // The kind of scales (kg_wg_scale_pair), chosen once per tile; SCALED = 0
 // (no scales, or scaled in the sums already) instantiates SC = 0 alone.
-// cols: this warp's WG_BN floats of shared memory.
-template <class Out, int SCALED, class Tag>
+// cols: this warp's BN floats of shared memory.
+template <class Out, int SCALED, int BN, class Tag>
 __device__ static __forceinline__ void kg_wg_epilogue(Tag t, const float *d, const kg_wg_at &at, typename Out::S *C,
                                                       int N, kg_i64 scm, kg_i64 scn, const float *sa,
                                                       const float *sb, int gra, int grb, int sbg, float *cols,
                                                       int r0, int lane) {
     if (!SCALED || !sa) {
-        kg_wg_store_tile<Out, 0>(t, d, at, C, N, scm, scn, sa, gra, 1.0f, cols, r0, lane);
+        kg_wg_store_tile<Out, 0, BN>(t, d, at, C, N, scm, scn, sa, gra, 1.0f, cols, r0, lane);
     } else if (grb >= N) {
-        kg_wg_store_tile<Out, SCALED>(t, d, at, C, N, scm, scn, sa, gra, sb[at.g * sbg], cols, r0, lane);
+        kg_wg_store_tile<Out, SCALED, BN>(t, d, at, C, N, scm, scn, sa, gra, sb[at.g * sbg], cols, r0, lane);
     } else {
-        kg_wg_cols_fill(cols, at, N, sb + at.g * sbg, grb, lane);
-        kg_wg_store_tile<Out, 2 * SCALED>(t, d, at, C, N, scm, scn, sa, gra, 1.0f, cols, r0, lane);
+        kg_wg_cols_fill<BN>(cols, at, N, sb + at.g * sbg, grb, lane);
+        kg_wg_store_tile<Out, 2 * SCALED, BN>(t, d, at, C, N, scm, scn, sa, gra, 1.0f, cols, r0, lane);
     }
 }
 
@@ -1540,8 +1575,9 @@ __device__ static __forceinline__ void kg_wg_epilogue(Tag t, const float *d, con
 // of Y^T (gra = grb = 1), C(m, n) = sum over blocks b of P_b x (sa[m x nkb
 // + b] x sb[g*sbg + n x nkb + b]); producer warps 1-3 write each stage's
 // scales next to it (kg_wg_mx_fill), each k32 wgmma's partial is added
-// times them (kg_wg_promote_mx).
-template <class In, class Out, int TX, int TY, int RK, int SK = 0>
+// times them (kg_wg_promote_mx).  BN: the tile's columns (WG_BN, or 192 in
+// the per-tensor / per-row fp8 entries kg_qgemm_sm90_n192_*).
+template <class In, class Out, int TX, int TY, int RK, int SK = 0, int BN = WG_BN>
 __device__ static inline void kg_gemm_sm90(const kg_tmap *ta, const kg_tmap *tb, int use_tma,
                                            const unsigned char *X, const unsigned char *Y,
                                            typename Out::S *C, const int *offs, int G, int units, int M,
@@ -1557,8 +1593,8 @@ __device__ static inline void kg_gemm_sm90(const kg_tmap *ta, const kg_tmap *tb,
     static_assert(128 * PREGS + 256 * CREGS <= 168 * WG_THREADS, "setmaxnreg split too large");
     extern __shared__ unsigned char kg_dsmem[];
     const unsigned base = (kg_smem_addr(kg_dsmem) + 1023u) & ~1023u;
-    const unsigned bars = base + WG_STAGES * WG_STAGE_BYTES;   // full[s], then empty[s]
-    const unsigned mxs = bars + 16 * WG_STAGES;                 // SK = 2: stage s's scales at s x WG_MX_BYTES; SK = 0: cols
+    const unsigned bars = base + WG_STAGES * WG_STAGE_BYTES_N(BN);   // full[s], then empty[s]
+    const unsigned mxs = bars + 16 * WG_STAGES;   // SK = 2: stage s's scales at s x WG_MX_BYTES_N(BN); SK = 0: cols
     const int tid = (int)kg_tid(), wg = tid / 128, warp = tid / 32 % 4, lane = tid % 32;
     const int BK = WG_ROW / In::EB, nkb = (K + WG_MX - 1) / WG_MX;   // nkb: SK = 2's scales per row
     static_assert(SK != 2 || (!RK && WG_ROW / WG_MX == 4), "MX: four blocks of 32 per stage of 128 fp8");
@@ -1581,15 +1617,15 @@ __device__ static inline void kg_gemm_sm90(const kg_tmap *ta, const kg_tmap *tb,
         int s = 0;
         unsigned phase = 0;
         for (int u = kg_wg_cluster_id(); u < units; u += kg_wg_clusters()) {
-            const kg_wg_at at = kg_wg_locate<RK>(u, rank, offs, G, M, N, K);
+            const kg_wg_at at = kg_wg_locate<RK, BN>(u, rank, offs, G, M, N, K);
             const int nk = (at.k1 - at.k0 + BK - 1) / BK;
             for (int kb = 0; kb < nk; kb++) {
                 const int k0 = at.k0 + kb * BK;
                 const unsigned full = bars + 8 * s, empty = bars + 8 * (WG_STAGES + s);
-                const unsigned sx = base + s * WG_STAGE_BYTES, sy = sx + WG_A_BYTES;
+                const unsigned sx = base + s * WG_STAGE_BYTES_N(BN), sy = sx + WG_A_BYTES;
                 kg_bar_wait(empty, phase ^ 1);
                 if (mxw)
-                    kg_wg_mx_fill<96>(mxs + s * WG_MX_BYTES, at, kb, N, nkb, (const unsigned char *)sa,
+                    kg_wg_mx_fill<96, BN>(mxs + s * WG_MX_BYTES_N(BN), at, kb, N, nkb, (const unsigned char *)sa,
                                       (const unsigned char *)sb, sbg, tid - 32);
                 if (use_tma && tid != 0) {
                     kg_bar_arrive(full);   // MX: the scales are stored
@@ -1597,8 +1633,8 @@ __device__ static inline void kg_gemm_sm90(const kg_tmap *ta, const kg_tmap *tb,
                     // Y^T's rows: K-major, group g's from row g x N of one [G x N][K] map; MN-major,
                     // plane g of a [G][K][N] map.  Clusters: this block's share of them, into
                     // every block of the cluster.
-                    const int share = WG_BN / WG_CLUSTER, yrow = (TY ? 0 : at.g * N) + at.n0 + (int)rank * share;
-                    kg_bar_expect(full, WG_STAGE_BYTES);
+                    const int share = BN / WG_CLUSTER, yrow = (TY ? 0 : at.g * N) + at.n0 + (int)rank * share;
+                    kg_bar_expect(full, WG_STAGE_BYTES_N(BN));
                     kg_wg_load<TX>(sx, ta, k0, at.m0, WG_BM, 0, full, 0);
                     kg_wg_load<TY>(sy + rank * share * WG_ROW, tb, k0, yrow, share, RK ? 0 : at.g, full,
                                    WG_CLUSTER == 1 ? 0 : (unsigned short)((1u << WG_CLUSTER) - 1));
@@ -1606,10 +1642,10 @@ __device__ static inline void kg_gemm_sm90(const kg_tmap *ta, const kg_tmap *tb,
                     if (WG_PREFETCH && !TX && !TY && kb + WG_PREFETCH < nk) {
                         const int kp = (kb + WG_PREFETCH) * BK;
                         kg_wg_prefetch<In::EB>(X, ldx, at.m_end, K, at.m0, WG_BM, kp, warp, lane);
-                        kg_wg_prefetch<In::EB>(Y + at.g * syg * In::EB, ldy, N, K, at.n0, WG_BN, kp, warp, lane);
+                        kg_wg_prefetch<In::EB>(Y + at.g * syg * In::EB, ldy, N, K, at.n0, BN, kp, warp, lane);
                     }
                     kg_wg_fill_any<TX, In::EB>(sx, X, ldx, at.m_end, at.k1, at.m0, WG_BM, k0, warp, lane);
-                    kg_wg_fill_any<TY, In::EB>(sy, Y + at.g * syg * In::EB, ldy, N, at.k1, at.n0, WG_BN, k0, warp,
+                    kg_wg_fill_any<TY, In::EB>(sy, Y + at.g * syg * In::EB, ldy, N, at.k1, at.n0, BN, k0, warp,
                                                lane);
                     asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
                     kg_bar_arrive(full);
@@ -1630,34 +1666,38 @@ __device__ static inline void kg_gemm_sm90(const kg_tmap *ta, const kg_tmap *tb,
 
     // consumers: warpgroup 1 owns tile rows [0, 64), warpgroup 2 rows [64, 128)
     asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(CREGS));
-    const int c = wg - 1, PW = In::PROMOTE ? WG_BN / 4 : 1;   // PW: a partial's registers
+    // whole: per tensor and per row at BN <= 192, each stage's partial spans the tile's whole
+    // width (BN / 2 registers, one wgmma m64nBNk32 a k32 step, one wait a stage); otherwise
+    // two halves of BN / 4 registers in turn
+    constexpr bool whole = In::PROMOTE && !SK && WG_FP8_SPAN == 1 && BN <= 192;
+    const int c = wg - 1, PW = whole ? BN / 2 : In::PROMOTE ? BN / 4 : 1;   // PW: a partial's registers
     // SK = 0 (per tensor, per row): each consumer warp's copy of a tile's
     // column scales (kg_wg_cols_fill), where the MX entries keep theirs
-    static_assert(8 * WG_BN * 4 <= WG_STAGES * WG_MX_BYTES, "the column scales fit the MX scales' space");
-    float *cols = (float *)(kg_dsmem + (mxs - kg_smem_addr(kg_dsmem))) + (c * 4 + warp) * WG_BN;
+    static_assert(8 * BN * 4 <= WG_STAGES * WG_MX_BYTES_N(BN), "the column scales fit the MX scales' space");
+    float *cols = (float *)(kg_dsmem + (mxs - kg_smem_addr(kg_dsmem))) + (c * 4 + warp) * BN;
     // fp8: part, a half's partial
-    float d[WG_BN / 2], part[PW];
+    float d[BN / 2], part[PW];
     int s = 0;
     unsigned phase = 0;
     for (int u = kg_wg_cluster_id(); u < units; u += kg_wg_clusters()) {
-        const kg_wg_at at = kg_wg_locate<RK>(u, rank, offs, G, M, N, K);
+        const kg_wg_at at = kg_wg_locate<RK, BN>(u, rank, offs, G, M, N, K);
         const int nk = (at.k1 - at.k0 + BK - 1) / BK;
 #pragma unroll
-        for (int i = 0; i < WG_BN / 2; i++) d[i] = 0.0f;
+        for (int i = 0; i < BN / 2; i++) d[i] = 0.0f;
         int prev = -1;   // the stage whose wgmma may still be in flight
         // SK: the scales are loaded a stage ahead (nxt), so that their latency hides under one stage
         kg_wg_scale_rows rows;
         float nxt[4];
         if (SK == 1) {
-            rows = kg_wg_scale_rows_at(at, c * 64 + warp * 16 + lane / 4, N, nk, sa, sb, gra, grb, sbg, blk_v4);
+            rows = kg_wg_scale_rows_at<BN>(at, c * 64 + warp * 16 + lane / 4, N, nk, sa, sb, gra, grb, sbg, blk_v4);
             if (nk > 0) kg_wg_scales_load(nxt, rows, 0);
         }
         for (int kb = 0; kb < nk; kb++) {
-            const unsigned sx = base + s * WG_STAGE_BYTES + c * 64 * 128, sy = base + s * WG_STAGE_BYTES + WG_A_BYTES;
+            const unsigned stage = base + s * WG_STAGE_BYTES_N(BN), sx = stage + c * 64 * 128, sy = stage + WG_A_BYTES;
             float t[2][2];   // SK: this stage's scales, t[half][row half]
             if (SK == 1) kg_wg_stage_scales(t, nxt, rows, kb, nk);
             kg_bar_wait(bars + 8 * s, phase);
-            if (RK && at.k1 - at.k0 - kb * BK < BK) kg_wg_zero_tail(sx, sy, at.k1 - at.k0 - kb * BK, c, tid % 128);
+            if (RK && at.k1 - at.k0 - kb * BK < BK) kg_wg_zero_tail<BN>(sx, sy, at.k1 - at.k0 - kb * BK, c, tid % 128);
             if (SK == 2) {
                 // MX: each k32 step of each half through `part`, waited for and added times its
                 // scales (kk not unrolled, or ptxas spills).  Measured slower (README, the variants
@@ -1668,13 +1708,27 @@ __device__ static inline void kg_gemm_sm90(const kg_tmap *ta, const kg_tmap *tb,
 #pragma unroll 1
                     for (int kk = 0; kk < 4; kk++) {
                         kg_wg_fence();
-                        kg_wg_mma_k32<In>(part, sx, sy, h, kk, 0);
+                        kg_wg_mma_k32<In, BN>(part, sx, sy, h, kk, 0);
                         kg_wg_commit();
                         kg_wg_wait<0>();
                         kg_wg_touch<PW>(part);
-                        kg_wg_promote_mx(d + h * (WG_BN / 4), part, mxs + s * WG_MX_BYTES, kk,
+                        kg_wg_promote_mx<BN>(d + h * (BN / 4), part, mxs + s * WG_MX_BYTES_N(BN), kk,
                                          c * 64 + warp * 16 + lane / 4, h, lane % 4);
                     }
+                kg_wg_release(bars + 8 * (WG_STAGES + s), lane);
+                if (++s == WG_STAGES) s = 0, phase ^= 1;
+                continue;
+            }
+            if constexpr (whole) {
+                kg_wg_fence();
+#pragma unroll
+                for (int kk = 0; kk < 4; kk++)
+                    In::template mma_whole<BN>(part, kg_wg_desc_on(sx, kk * 32), kg_wg_desc_on(sy, kk * 32), kk);
+                kg_wg_commit();
+                kg_wg_wait<0>();
+                kg_wg_touch<PW>(part);
+#pragma unroll
+                for (int i = 0; i < PW; i++) d[i] += part[i];
                 kg_wg_release(bars + 8 * (WG_STAGES + s), lane);
                 if (++s == WG_STAGES) s = 0, phase ^= 1;
                 continue;
@@ -1684,20 +1738,20 @@ __device__ static inline void kg_gemm_sm90(const kg_tmap *ta, const kg_tmap *tb,
                 // (not SK): each half's partial spans the next stage too, and both are freed
                 const bool two = !SK && WG_FP8_SPAN == 2 && kb + 1 < nk;
                 const int s2 = s + 1 == WG_STAGES ? 0 : s + 1;
-                const unsigned sx2 = sx + (s2 - s) * WG_STAGE_BYTES, sy2 = sy + (s2 - s) * WG_STAGE_BYTES;
+                const unsigned sx2 = sx + (s2 - s) * WG_STAGE_BYTES_N(BN), sy2 = sy + (s2 - s) * WG_STAGE_BYTES_N(BN);
                 if (two) kg_bar_wait(bars + 8 * s2, s2 ? phase : phase ^ 1);
 #pragma unroll
                 for (int h = 0; h < 2; h++) {
                     kg_wg_fence();
 #pragma unroll
-                    for (int kk = 0; kk < 4; kk++) kg_wg_mma_k32<In>(part, sx, sy, h, kk, kk);
+                    for (int kk = 0; kk < 4; kk++) kg_wg_mma_k32<In, BN>(part, sx, sy, h, kk, kk);
                     if (two)
 #pragma unroll
-                        for (int kk = 0; kk < 4; kk++) kg_wg_mma_k32<In>(part, sx2, sy2, h, kk, 1);
+                        for (int kk = 0; kk < 4; kk++) kg_wg_mma_k32<In, BN>(part, sx2, sy2, h, kk, 1);
                     kg_wg_commit();
                     kg_wg_wait<0>();
                     kg_wg_touch<PW>(part);
-                    kg_wg_promote<SK>(d + h * (WG_BN / 4), part, t[h]);
+                    kg_wg_promote<SK, BN>(d + h * (BN / 4), part, t[h]);
                 }
                 kg_wg_release(bars + 8 * (WG_STAGES + s), lane);
                 if (++s == WG_STAGES) s = 0, phase ^= 1;
@@ -1708,30 +1762,30 @@ __device__ static inline void kg_gemm_sm90(const kg_tmap *ta, const kg_tmap *tb,
                 }
                 continue;
             }
-            kg_wg_touch<WG_BN / 2>(d);
+            kg_wg_touch<BN / 2>(d);
             kg_wg_fence();
             if (In::PROMOTE) {   // fp8 with WG_FP8_SPAN = 0 (a diagnostic): the tensor cores' own sums
 #pragma unroll
                 for (int h = 0; h < 2; h++)
 #pragma unroll
-                    for (int kk = 0; kk < 4; kk++) kg_wg_mma_k32<In>(d + h * (WG_BN / 4), sx, sy, h, kk, 1);
+                    for (int kk = 0; kk < 4; kk++) kg_wg_mma_k32<In, BN>(d + h * (BN / 4), sx, sy, h, kk, 1);
             } else {
 #pragma unroll
                 for (int kk = 0; kk < 4; kk++)
-                    In::template mma<TX, TY>(d, kg_wg_desc_at<TX>(sx, kk), kg_wg_desc_at<TY>(sy, kk), 1);
+                    In::template mma<TX, TY, BN>(d, kg_wg_desc_at<TX>(sx, kk), kg_wg_desc_at<TY>(sy, kk), 1);
             }
             kg_wg_commit();
             // WG_INFLIGHT = 1: wait for the previous stage's group only, and
             // free that stage; this one's runs on while the next is waited for.
             kg_wg_wait<WG_INFLIGHT>();
-            kg_wg_touch<WG_BN / 2>(d);
+            kg_wg_touch<BN / 2>(d);
             const int done = WG_INFLIGHT ? prev : s;
             if (done >= 0) kg_wg_release(bars + 8 * (WG_STAGES + done), lane);
             prev = s;
             if (++s == WG_STAGES) s = 0, phase ^= 1;
         }
         kg_wg_wait<0>();
-        kg_wg_touch<WG_BN / 2>(d);
+        kg_wg_touch<BN / 2>(d);
         if (WG_INFLIGHT && prev >= 0) kg_wg_release(bars + 8 * (WG_STAGES + prev), lane);
 
         // 16-bit outputs take the 16-byte stores: bf16 and fp16 gained 4-8% on the
@@ -1740,8 +1794,8 @@ __device__ static inline void kg_gemm_sm90(const kg_tmap *ta, const kg_tmap *tb,
         typename Out::S *Cg = RK ? C + (kg_i64)at.g * scg : C;
         // SK: the scales are in the sums already
         constexpr bool v4 = WG_STORE_V4 && sizeof(typename Out::S) == 2 && (!SK || blk_v4);
-        kg_wg_epilogue<Out, In::PROMOTE && !SK>(kg_wg_tag<v4>(), d, at, Cg, N, scm, scn, sa, sb, gra, grb, sbg, cols,
-                                                c * 64 + warp * 16, lane);
+        kg_wg_epilogue<Out, In::PROMOTE && !SK, BN>(kg_wg_tag<v4>(), d, at, Cg, N, scm, scn, sa, sb, gra, grb, sbg,
+                                                    cols, c * 64 + warp * 16, lane);
     }
 }
 #if WG_CLUSTER > 1
@@ -1775,7 +1829,8 @@ __device__ static inline void kg_gemm_sm90(const kg_tmap *ta, const kg_tmap *tb,
 // applied in the epilogue; SK = 1: blockwise, one per 128 of K (the sbg of
 // a group's Y^T scales: its row blocks x K blocks); SK = 2: MX, SA and SB
 // are E8M0 bytes, one per 32 of K of each row (gra = grb = 1).
-#define KG_QGEMM_SM90_ENTRY(name, In, Out, SK)                                                       \
+#define KG_QGEMM_SM90_ENTRY(name, In, Out, SK) KG_QGEMM_SM90_ENTRY_N(name, In, Out, SK, WG_BN)
+#define KG_QGEMM_SM90_ENTRY_N(name, In, Out, SK, BN)                                                 \
     KG_ATOMICS(name, 0)                                                                              \
     extern "C" __global__ void __launch_bounds__(WG_THREADS, 1) KG_WG_CLUSTER_DIMS                  \
     name(const __grid_constant__ kg_tmap ta, const __grid_constant__ kg_tmap tb, int use_tma,        \
@@ -1784,8 +1839,8 @@ __device__ static inline void kg_gemm_sm90(const kg_tmap *ta, const kg_tmap *tb,
     {                                                                                                \
         const int sbg = (N + grb - 1) / grb * (SK == 2 ? (K + WG_MX - 1) / WG_MX                    \
                                                : SK ? (K + WG_ROW - 1) / WG_ROW : 1);                \
-        kg_gemm_sm90<In, Out, 0, 0, 0, SK>(&ta, &tb, use_tma, A, B, C, offs, G, units, M, N, K, K, K, \
-                                           (kg_i64)N * K, N, 1, 0, SA, SB, gra, grb, sbg);           \
+        kg_gemm_sm90<In, Out, 0, 0, 0, SK, BN>(&ta, &tb, use_tma, A, B, C, offs, G, units, M, N, K, K, \
+                                               K, (kg_i64)N * K, N, 1, 0, SA, SB, gra, grb, sbg);    \
     }
 
 KG_GEMM_SM90_ENTRY(kg_gemm_sm90_f16, kg_wg_f16, kg_f16, 0, 0)
@@ -1806,6 +1861,12 @@ KG_QGEMM_SM90_ENTRY(kg_qgemm_sm90_e4m3_f32, kg_wg_e4m3, kg_f32, 0)
 KG_QGEMM_SM90_ENTRY(kg_qgemm_sm90_e5m2_f32, kg_wg_e5m2, kg_f32, 0)
 KG_QGEMM_SM90_ENTRY(kg_qgemm_sm90_blk_e4m3_f32, kg_wg_e4m3, kg_f32, 1)
 KG_QGEMM_SM90_ENTRY(kg_qgemm_sm90_blk_e5m2_f32, kg_wg_e5m2, kg_f32, 1)
+#if WG_BN == 256
+KG_QGEMM_SM90_ENTRY_N(kg_qgemm_sm90_n192_e4m3_bf16, kg_wg_e4m3, kg_bf16, 0, 192)
+KG_QGEMM_SM90_ENTRY_N(kg_qgemm_sm90_n192_e5m2_bf16, kg_wg_e5m2, kg_bf16, 0, 192)
+KG_QGEMM_SM90_ENTRY_N(kg_qgemm_sm90_n192_e4m3_f32, kg_wg_e4m3, kg_f32, 0, 192)
+KG_QGEMM_SM90_ENTRY_N(kg_qgemm_sm90_n192_e5m2_f32, kg_wg_e5m2, kg_f32, 0, 192)
+#endif
 #if WG_HAS_MX
 KG_QGEMM_SM90_ENTRY(kg_qgemm_sm90_mx_e4m3_bf16, kg_wg_e4m3, kg_bf16, 2)
 KG_QGEMM_SM90_ENTRY(kg_qgemm_sm90_mx_e5m2_bf16, kg_wg_e5m2, kg_bf16, 2)

@@ -1376,11 +1376,13 @@ echo "== sm_90a fast paths: wgmma in kernels.hip's sm_90a build (no GPU)"
 # measured 3% faster than 64 rows all the same, README).
 # the MX entries (absent from -D WG_BN=192 builds, whose halves of 96 columns spill)
 MX90="kg_qgemm_sm90_mx_e4m3_bf16 kg_qgemm_sm90_mx_e5m2_bf16 kg_qgemm_sm90_mx_e4m3_f32 kg_qgemm_sm90_mx_e5m2_f32"
+# the per-tensor / per-row fp8 entries at tiles of 128 x 192 (only in builds at WG_BN=256, the default)
+N192="kg_qgemm_sm90_n192_e4m3_bf16 kg_qgemm_sm90_n192_e5m2_bf16 kg_qgemm_sm90_n192_e4m3_f32 kg_qgemm_sm90_n192_e5m2_f32"
 FAST90="kg_gemm_sm90_bf16 kg_gemm_sm90_f16 kg_gemm_sm90_nn_bf16 kg_gemm_sm90_nn_f16 kg_gemm_sm90_tn_bf16
         kg_gemm_sm90_tn_f16 kg_gemm_sm90_tt_bf16 kg_gemm_sm90_tt_f16 kg_gemm_sm90_wgrad_bf16 kg_gemm_sm90_wgrad_f16
         kg_qgemm_sm90_e4m3_bf16 kg_qgemm_sm90_e5m2_bf16 kg_qgemm_sm90_blk_e4m3_bf16 kg_qgemm_sm90_blk_e5m2_bf16
         kg_qgemm_sm90_e4m3_f32 kg_qgemm_sm90_e5m2_f32 kg_qgemm_sm90_blk_e4m3_f32 kg_qgemm_sm90_blk_e5m2_f32
-        $MX90
+        $MX90 $N192
         kg_attn_fwd_sm90_d64_bf16 kg_attn_fwd_sm90_d128_bf16 kg_attn_fwd_sm90_d256_bf16
         kg_attn_fwd_sm90_d64_f16 kg_attn_fwd_sm90_d128_f16 kg_attn_fwd_sm90_d256_f16
         kg_attn_bwd_dkdv_sm90_d64_bf16 kg_attn_bwd_dkdv_sm90_d128_bf16 kg_attn_bwd_dkdv_sm90_d64_f16
@@ -1460,16 +1462,22 @@ if [ -x "$nvcc" ] && [ -x "$ptxas" ]; then
     sm90_trans_check "$tmp/k90_tnsp.ptx" | grep -q "^kg_gemm_sm90_tn_bf16: 1 wgmma without" \
         && ok "planted: a TN entry with one wgmma lacking its trans-a operand is named" \
         || bad "planted trans-a: not named: $(sm90_trans_check "$tmp/k90_tnsp.ptx")"
-    probs=$(FAST=$(for e in $FAST90; do case " $MX90 " in *" $e "*) ;; *) echo $e;; esac; done) sm90_ptx_check -DWG_BN=192 -DFB_DQ_ATOMIC=1)
-    [ -z "$probs" ] && ok "-D WG_BN=192 (128x192 tiles: wgmma n192, fp8 halves n96; no MX entries) with -D FB_DQ_ATOMIC=1 (the 80-row entry's adds without locks) builds the same way: wgmma, no spill, no warning" \
-        || bad "sm_90a, WG_BN=192 FB_DQ_ATOMIC=1: $probs"
+    grep -qE "kg_qgemm_sm90_n192_smem = [1-9][0-9]*;" "$tmp/k90.ptx" \
+        && ok "the default build publishes the 192-column fp8 entries' shared memory (kg_qgemm_sm90_n192_smem)" \
+        || bad "default sm_90a build: kg_qgemm_sm90_n192_smem missing or 0"
+    probs=$(FAST=$(for e in $FAST90; do case " $MX90 $N192 " in *" $e "*) ;; *) echo $e;; esac; done) sm90_ptx_check -DWG_BN=192 -DFB_DQ_ATOMIC=1)
+    [ -z "$probs" ] && grep -qE "kg_qgemm_sm90_n192_smem( = 0)?;" "$tmp/k90.ptx" && ! grep -q "\.entry kg_qgemm_sm90_n192_" "$tmp/k90.ptx" \
+        && ok "-D WG_BN=192 (128x192 tiles: wgmma n192, the fp8 per-tensor partial one n192 wide, blockwise halves n96; no MX or n192 entries, n192_smem 0) with -D FB_DQ_ATOMIC=1 (the 80-row entry's adds without locks) builds the same way: wgmma, no spill, no warning" \
+        || bad "sm_90a, WG_BN=192 FB_DQ_ATOMIC=1: ${probs:-kg_qgemm_sm90_n192_smem not 0}"
     probs=$(sm90_ptx_check -DFB_FUSED=0)
     [ -z "$probs" ] && ! grep -q "kg_attn_bwd_fused_sm90_smem_d" "$tmp/k90.ptx" \
         && ok "-D FB_FUSED=0 (the backward's two passes at every head dim) builds the same way, and does not publish the fused pass's shared memory" \
         || bad "sm_90a, FB_FUSED=0: ${probs:-the build still publishes kg_attn_bwd_fused_sm90_smem_d64 or _d128}"
-    probs=$(sm90_ptx_check -DWG_CLUSTER=2 -DWG_STORE_V4=0 -DFB_DQ_ATOMIC=1 -DFB_ROTATE=1 -DWG_BN=128 -DFB_BM64=64 -DFB_NC_BM=64)
-    [ -z "$probs" ] && ok "the knobs' other side (-D WG_CLUSTER=2 -D WG_STORE_V4=0 -D FB_DQ_ATOMIC=1 -D FB_ROTATE=1 -D WG_BN=128 -D FB_BM64=64 -D FB_NC_BM=64) builds the same way: wgmma, no spill, no warning" \
-        || bad "sm_90a, WG_CLUSTER=2 WG_STORE_V4=0 FB_DQ_ATOMIC=1 FB_ROTATE=1 WG_BN=128 FB_BM64=64 FB_NC_BM=64: $probs"
+    probs=$(FAST=$(for e in $FAST90; do case " $N192 " in *" $e "*) ;; *) echo $e;; esac; done) \
+            sm90_ptx_check -DWG_CLUSTER=2 -DWG_STORE_V4=0 -DFB_DQ_ATOMIC=1 -DFB_ROTATE=1 -DWG_BN=128 -DFB_BM64=64 -DFB_NC_BM=64)
+    [ -z "$probs" ] && ! grep -q "\.entry kg_qgemm_sm90_n192_" "$tmp/k90.ptx" \
+        && ok "the knobs' other side (-D WG_CLUSTER=2 -D WG_STORE_V4=0 -D FB_DQ_ATOMIC=1 -D FB_ROTATE=1 -D WG_BN=128 -D FB_BM64=64 -D FB_NC_BM=64) builds the same way: wgmma, no spill, no warning, no n192 entries" \
+        || bad "sm_90a, WG_CLUSTER=2 WG_STORE_V4=0 FB_DQ_ATOMIC=1 FB_ROTATE=1 WG_BN=128 FB_BM64=64 FB_NC_BM=64: ${probs:-n192 entries in the build}"
     grep -q "\.reqnctapercluster 2, 1, 1" "$tmp/k90.ptx" && grep -q "multicast::cluster" "$tmp/k90.ptx" \
         && ok "-D WG_CLUSTER=2: the entries ask for clusters of 2 and load with TMA multicast" \
         || bad "-D WG_CLUSTER=2: no .reqnctapercluster 2, 1, 1 or no multicast in the PTX"
@@ -1521,6 +1529,9 @@ if [ -n "$cudir" ] && { ldconfig -p 2>/dev/null | grep -q libnvrtc || [ -e /usr/
             # MX: one k32 step of each half of the tile in the loop's body
             kg_qgemm_sm90_mx_e4m3*:QGMMA.64x128x32.F32.E4M3.E4M3|kg_qgemm_sm90_mx_e5m2*:QGMMA.64x128x32.F32.E5M2.E5M2)
                 [ "${w:-0}" -ge 2 ] && ok "$e: $w wgmma in SASS, first $first" || bad "$e: wgmma column '$w'" ;;
+            # the 192-column entries: one m64n192k32 a k32 step (the partial spans the tile)
+            kg_qgemm_sm90_n192_e4m3*:QGMMA.64x192x32.F32.E4M3.E4M3|kg_qgemm_sm90_n192_e5m2*:QGMMA.64x192x32.F32.E5M2.E5M2)
+                [ "${w:-0}" -ge 4 ] && ok "$e: $w wgmma in SASS, first $first" || bad "$e: wgmma column '$w'" ;;
             kg_gemm_*:HGMMA.64x256x16.F32*|kg_qgemm_*e4m3*:QGMMA.64x128x32.F32.E4M3.E4M3|kg_qgemm_*e5m2*:QGMMA.64x128x32.F32.E5M2.E5M2)
                 [ "${w:-0}" -ge 4 ] && ok "$e: $w wgmma in SASS, first $first" || bad "$e: wgmma column '$w'" ;;
             # the attention forward: S = Q·K^T (D/16 steps) and O += P·V (BN/16 steps) per key block

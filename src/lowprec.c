@@ -368,6 +368,30 @@ static int q_sm90_family(const struct arm *a, const struct qrun *q, size_t K)
            grb % (size_t)(a->sm90_tile_n / 2) == 0 ? 2 : 0;
 }
 
+/* Whether the 192-column fp8 entries (kg_qgemm_sm90_n192_*, whose partial
+ * sums span the tile's width) take the product L on arm a, `slots` clusters
+ * at once: their persistent grid's rounds (units over slots) times 192 are
+ * fewer than the rounds times the arm's tile columns.  8192^3 takes 21
+ * rounds of 192 columns against 16 of 256; 4096^3 keeps 4 of 256 against
+ * 6 of 192; a product of one round either way takes 192. */
+static int q_sm90_narrow(const struct arm *a, const struct prod_launch *L, size_t slots)
+{
+    size_t tiles, wide = sm90_units(a, L, a->sm90_tile_n, &tiles), narrow = sm90_units(a, L, 192, &tiles);
+    slots = slots ? slots : 1;
+    return (narrow + slots - 1) / slots * 192 < (wide + slots - 1) / slots * (size_t)a->sm90_tile_n;
+}
+
+/* The tile of the sm_90a fp8 entry of family fam (q_sm90_family) for the
+ * product L: 128 x 192 for per-tensor and per-row scales (family 1) where
+ * the arm has those entries and q_sm90_narrow says so, else the arm's. */
+static struct sm90_tile q_sm90_tile(const struct run *r, const struct prod_launch *L, int fam)
+{
+    const struct arm *a = r->d->arm;
+    if (fam == 1 && a->sm90_q192_smem > 0 && q_sm90_narrow(a, L, dev_sms(r->d) / (unsigned)a->sm90_cluster))
+        return (struct sm90_tile){ 192, a->sm90_q192_smem, 1 };
+    return sm90_tile_arm(a);
+}
+
 /* A low-precision product through the sm_90a fp8 GEMM when the current arm
  * has the family that takes the case (q_sm90_family) and a bf16 output, or
  * an fp32 one under --trades-precision when the arm has those entries
@@ -383,19 +407,22 @@ static int q_sm90_launch(struct run *r, struct output *p)
     int gra = (int)q->op[0].g.gr, grb = (int)q->op[1].g.gr, fam = q_sm90_family(a, q, L->k);
     int f32 = p->dt == DT_F32 && r->o->trades_precision && a->sm90_qf32;
     if (!fam || (p->dt != DT_BF16 && !f32)) return 0;
-    static const char *const fname[2][3][2] = {   /* [f32][family - 1][E5M2] */
+    static const char *const fname[2][4][2] = {   /* [f32][family - 1, or 3: family 1 at 192 columns][E5M2] */
         { { "kg_qgemm_sm90_e4m3_bf16", "kg_qgemm_sm90_e5m2_bf16" },
           { "kg_qgemm_sm90_blk_e4m3_bf16", "kg_qgemm_sm90_blk_e5m2_bf16" },
-          { "kg_qgemm_sm90_mx_e4m3_bf16", "kg_qgemm_sm90_mx_e5m2_bf16" } },
+          { "kg_qgemm_sm90_mx_e4m3_bf16", "kg_qgemm_sm90_mx_e5m2_bf16" },
+          { "kg_qgemm_sm90_n192_e4m3_bf16", "kg_qgemm_sm90_n192_e5m2_bf16" } },
         { { "kg_qgemm_sm90_e4m3_f32", "kg_qgemm_sm90_e5m2_f32" },
           { "kg_qgemm_sm90_blk_e4m3_f32", "kg_qgemm_sm90_blk_e5m2_f32" },
-          { "kg_qgemm_sm90_mx_e4m3_f32", "kg_qgemm_sm90_mx_e5m2_f32" } } };
+          { "kg_qgemm_sm90_mx_e4m3_f32", "kg_qgemm_sm90_mx_e5m2_f32" },
+          { "kg_qgemm_sm90_n192_e4m3_f32", "kg_qgemm_sm90_n192_e5m2_f32" } } };
     struct sm90_args s;
-    sm90_args(r, L, 1, p->dt, 0, 0, &s);
+    struct sm90_tile t = q_sm90_tile(r, L, fam);
+    sm90_args(r, L, 1, p->dt, 0, 0, t, &s);
     void *params[] = { &s.ta, &s.tb, &s.use_tma, &s.x, &s.y, (void *)&q->op[0].d_scales,
                        (void *)&q->op[1].d_scales, &p->buf, &L->doffs, &s.G, &s.units, &s.M, &s.N, &s.K, &gra,
                        &grb };
-    gpu_launch_dims(r->d, fname[f32][fam - 1][q->f == Q_E5M2], &s.l, params);
+    gpu_launch_dims(r->d, fname[f32][t.n192 ? 3 : fam - 1][q->f == Q_E5M2], &s.l, params);
     return 1;
 }
 

@@ -150,6 +150,17 @@ static int tmap_encode_mn(const struct device *d, struct tmap *m, enum dtype dt,
     return 1;
 }
 
+/* The tile width (columns) and dynamic shared memory of the sm_90a GEMM
+ * entry a launch takes: the arm's (sm90_tile_arm), or, n192 set, the
+ * 192-column fp8 entries' (kg_qgemm_sm90_n192_*; lowprec.c, q_sm90_tile). */
+struct sm90_tile { int n, smem, n192; };
+
+/* The arm's own tile: kg_gemm_sm90's columns and shared memory. */
+static struct sm90_tile sm90_tile_arm(const struct arm *a)
+{
+    return (struct sm90_tile){ a->sm90_tile_n, a->sm90_smem, 0 };
+}
+
 /* The operands, units and tensor maps of one sm_90a launch (kernels.hip,
  * "GEMM, Hopper path"), es-byte elements: X at x, K-major (tx = 0: [m][K],
  * all groups' rows) or MN-major (tx = 1: [K][m]), row stride ldx; Y at y,
@@ -242,9 +253,10 @@ static void sm90_pack(struct run *r, struct prod_launch *L, size_t es, size_t G,
 }
 
 /* Encode s's tensor maps of X and Y (sm90_args: after packing) for the
- * arm a; 1 when TMA takes both. */
+ * arm a and tiles of tile_n columns (Y's box: tile_n / cluster rows); 1
+ * when TMA takes both. */
 static int sm90_tmaps(const struct device *d, const struct arm *a, const struct prod_launch *L, size_t es,
-                      enum dtype dt, size_t G, struct sm90_args *s)
+                      enum dtype dt, size_t G, int tile_n, struct sm90_args *s)
 {
     size_t cl = (size_t)a->sm90_cluster;
     int x = s->tx ? tmap_encode_mn(d, &s->ta, dt, s->x, L->m, L->k, 1, s->ldx, s->ldx * (int64_t)L->k)
@@ -254,7 +266,7 @@ static int sm90_tmaps(const struct device *d, const struct arm *a, const struct 
         return tmap_encode_mn(d, &s->tb, dt, s->y, L->n, L->k, G ? G : 1, s->ldy,
                               G ? s->syg : s->ldy * (int64_t)L->k);
     return (!G || s->syg == (int64_t)L->n * s->ldy) &&
-           tmap_encode(d, &s->tb, es, dt, s->y, G ? G * L->n : L->n, L->k, s->ldy, (unsigned)(a->sm90_tile_n / cl));
+           tmap_encode(d, &s->tb, es, dt, s->y, G ? G * L->n : L->n, L->k, s->ldy, (unsigned)(tile_n / cl));
 }
 
 /* s cleared, with L's operands as an sm_90a launch reads them before any
@@ -267,33 +279,44 @@ static void sm90_operands(const struct prod_launch *L, int tx, int ty, struct sm
     s->x = L->dx, s->y = L->dy, s->ldx = tx ? L->sxk : L->sxm, s->ldy = ty ? L->syk : L->syn, s->syg = L->syg;
 }
 
-/* Units, grid and tensor maps of an sm_90a launch over the product L of
- * es-byte elements (dt for the tensor map; groups when L is ragged rows),
- * X and Y MN-major as tx, ty say: a persistent grid of one 384-thread block
- * per SM in clusters of the arm's size, at most one cluster per unit (a
- * unit: that many tiles stacked in M); packed operands where sm90_pack
- * makes them; TMA when sm90_tmaps takes both operands, the loads producer
- * otherwise. */
-static void sm90_args(struct run *r, struct prod_launch *L, size_t es, enum dtype dt, int tx, int ty,
-                      struct sm90_args *s)
+/* The units of an sm_90a launch over the product L with tiles of the arm's
+ * rows and tile_n columns (a unit: the arm's cluster of tiles stacked in
+ * M); its tiles in *tiles. */
+static size_t sm90_units(const struct arm *a, const struct prod_launch *L, int tile_n, size_t *tiles)
 {
-    const struct arm *a = r->d->arm;
-    size_t G = L->ragged == RAG_ROWS ? L->groups : 0, tn = tile_count((int)L->n, a->sm90_tile_n);
-    size_t cl = (size_t)a->sm90_cluster, tiles = 0, units = 0;
+    size_t G = L->ragged == RAG_ROWS ? L->groups : 0, tn = tile_count((int)L->n, tile_n);
+    size_t cl = (size_t)a->sm90_cluster, units = 0;
     size_t per = L->ragged == RAG_INNER ? L->groups : 1;   /* a ragged inner dimension: M x N tiles per group */
+    *tiles = 0;
     for (size_t g = 0; g < (G ? G : 1); g++) {
         size_t tm = tile_count((int)(G ? L->offs[g + 1] - L->offs[g] : L->m), a->sm90_tile_m);
-        tiles += per * tm * tn, units += per * ((tm + cl - 1) / cl * tn);
+        *tiles += per * tm * tn, units += per * ((tm + cl - 1) / cl * tn);
     }
+    return units;
+}
+
+/* Units, grid and tensor maps of an sm_90a launch over the product L of
+ * es-byte elements (dt for the tensor map; groups when L is ragged rows),
+ * X and Y MN-major as tx, ty say, on an entry of tile t: a persistent grid
+ * of one 384-thread block per SM in clusters of the arm's size, at most one
+ * cluster per unit (sm90_units); packed operands where sm90_pack makes
+ * them; TMA when sm90_tmaps takes both operands, the loads producer
+ * otherwise. */
+static void sm90_args(struct run *r, struct prod_launch *L, size_t es, enum dtype dt, int tx, int ty,
+                      struct sm90_tile t, struct sm90_args *s)
+{
+    const struct arm *a = r->d->arm;
+    size_t G = L->ragged == RAG_ROWS ? L->groups : 0, cl = (size_t)a->sm90_cluster, tiles;
+    size_t units = sm90_units(a, L, t.n, &tiles);
     if (units > INT32_MAX) die(EXIT_USAGE, "%s: %zu tiles: too many for one launch", r->c->label, tiles);
     sm90_operands(L, tx, ty, s);
     sm90_pack(r, L, es, G, s);
-    s->use_tma = sm90_tmaps(r->d, a, L, es, dt, G, s);
+    s->use_tma = sm90_tmaps(r->d, a, L, es, dt, G, t.n, s);
     s->G = (int)(L->ragged == RAG_NONE ? 0 : L->groups), s->units = (int)units, s->M = (int)L->m, s->N = (int)L->n;
     s->K = (int)L->k;
     size_t clusters = dev_sms(r->d) / cl;
     unsigned blocks = (unsigned)((units < clusters ? units : clusters ? clusters : 1) * cl);
-    s->l = (struct launch_dims){ { blocks, 1, 1 }, 384, (unsigned)a->sm90_smem, tiles };
+    s->l = (struct launch_dims){ { blocks, 1, 1 }, 384, (unsigned)t.smem, tiles };
 }
 
 /* A product L whose output (row and column strides *srow, *scol) is
@@ -318,7 +341,7 @@ static void sm90_transpose(struct prod_launch *L, int64_t *srow, int64_t *scol)
 static void sm90_wgrad(struct run *r, struct output *p, struct prod_launch *L)
 {
     struct sm90_args s;
-    sm90_args(r, L, 2, p->dt, 1, 1, &s);
+    sm90_args(r, L, 2, p->dt, 1, 1, sm90_tile_arm(r->d->arm), &s);
     void *params[] = { &s.ta, &s.tb, &s.use_tma, &s.x, &s.y, &p->buf, &L->doffs, &s.G, &s.units, &s.M,
                        &s.N, &s.ldx, &s.ldy, &p->srow, &p->scol, &L->scg };
     gpu_launch_dims(r->d, p->dt == DT_BF16 ? "kg_gemm_sm90_wgrad_bf16" : "kg_gemm_sm90_wgrad_f16", &s.l, params);
@@ -353,7 +376,7 @@ static int sm90_launch(struct run *r, struct output *p)
     }
     if ((tx && L.sxm != 1) || (ty && L.syn != 1) || ((tx || ty) && !a->sm90_layouts)) return 0;
     struct sm90_args s;
-    sm90_args(r, &L, 2, p->dt, tx, ty, &s);
+    sm90_args(r, &L, 2, p->dt, tx, ty, sm90_tile_arm(r->d->arm), &s);
     void *params[] = { &s.ta, &s.tb, &s.use_tma, &s.x, &s.y, &p->buf, &L.doffs, &s.G, &s.units, &s.M,
                        &s.N, &s.K, &s.ldx, &s.ldy, &s.syg, &srow, &scol };
     gpu_launch_dims(r->d, fname[tx][ty][p->dt == DT_BF16], &s.l, params);

@@ -171,6 +171,36 @@ static void st_sha256(struct selftest *st)
               "sha256(\"abc\") matches FIPS 180-4");
 }
 
+/* The sm_90a fp8 tile choice (lowprec.c, q_sm90_narrow) on an arm of
+ * 128 x 256 tiles with the 192-column entries and 132 SMs, as the H200:
+ * rounds of the SMs times the tile's columns decide. */
+static void st_fp8_tiles(struct selftest *st)
+{
+    struct arm a;
+    memset(&a, 0, sizeof a);
+    a.sm90_tile_m = 128, a.sm90_tile_n = 256, a.sm90_cluster = 1, a.sm90_q192_smem = 1;
+    static const uint32_t offs[9] = { 0, 2048, 4096, 6144, 8192, 10240, 12288, 14336, 16384 };
+    struct prod_launch L;
+    memset(&L, 0, sizeof L);
+    int got = 0, want = 0;
+    static const struct { size_t m, n, k; int narrow; } cs[] = {
+        { 8192, 8192, 8192, 1 },   /* 2752 tiles, 21 rounds x 192 = 4032 < 16 x 256 = 4096 */
+        { 4096, 4096, 4096, 0 },   /* 6 x 192 = 1152 > 4 x 256 = 1024 */
+        { 2048, 2048, 2048, 0 },   /* 2 x 192 > 1 x 256 */
+        { 1024, 4096, 4096, 0 },   /* 176 tiles of 192: 2 rounds; 128 of 256: 1 */
+        { 1000, 1000, 1000, 1 },   /* one round either way: the shorter tile */
+        { 1, 4096, 4096, 1 },
+    };
+    for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) {
+        L.ragged = RAG_NONE, L.m = cs[i].m, L.n = cs[i].n, L.k = cs[i].k;
+        got |= q_sm90_narrow(&a, &L, 132) << i, want |= cs[i].narrow << i;
+    }
+    L.ragged = RAG_ROWS, L.groups = 8, L.offs = offs, L.m = 16384, L.n = 4096, L.k = 4096;
+    int grouped = q_sm90_narrow(&a, &L, 132);   /* 22 rounds x 192 > 16 x 256 */
+    st_report(st, got == want && !grouped, "fp8 tiles on 132 SMs: 192 columns for 8192^3, 1000^3 and 1x4096x4096, "
+              "256 for 4096^3, 2048^3, 1024x4096x4096 and grouped 8 x 2048 at 4096x4096 (rounds x columns)");
+}
+
 /* Run one selftest case ("op options...") with fault `inj` (or none) and
  * `repeat` runs; returns 1 if it passed and sets *failed to the gates that
  * failed; -1 (and a "skip" line) if the device lacks the case's format. */
@@ -265,6 +295,7 @@ static int selftest_run(const struct opts *o, case_pipeline run)
     st_quantizer(&st);
     st_references(&st);
     st_sampling(&st);
+    st_fp8_tiles(&st);
     struct device d;
     struct arm arm;
     char *file;
