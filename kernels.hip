@@ -1007,14 +1007,15 @@ KG_WG_MMA8(kg_wgmma_n192_e5m2, 192, "e5m2", KG_WG_D96, KG_WG_F96(d), "96", "97",
         template <int TX, int TY, int BN = WG_BN>                                                  \
         __device__ static void mma(float *d, unsigned long long a, unsigned long long b, int acc) { \
             static_assert(!TX && !TY, "fp8 wgmma reads K-major operands only");                    \
-            if (BN == 256) kg_wgmma_n128_##t(d, a, b, acc);                                        \
-            else if (BN == 192) kg_wgmma_n96_##t(d, a, b, acc);                                    \
-            else kg_wgmma_n64_##t(d, a, b, acc);                                                   \
+            mma_n<BN / 2>(d, a, b, acc);                                                           \
         }                                                                                          \
-        template <int BN>                                                                          \
-        __device__ static void mma_whole(float *d, unsigned long long a, unsigned long long b, int acc) { \
-            if (BN == 192) kg_wgmma_n192_##t(d, a, b, acc);                                        \
-            else kg_wgmma_n128_##t(d, a, b, acc);                                                  \
+        /* one wgmma m64nWk32 (W: 64, 96, 128 or 192 columns) */                                  \
+        template <int W>                                                                           \
+        __device__ static void mma_n(float *d, unsigned long long a, unsigned long long b, int acc) { \
+            if (W == 192) kg_wgmma_n192_##t(d, a, b, acc);                                         \
+            else if (W == 128) kg_wgmma_n128_##t(d, a, b, acc);                                    \
+            else if (W == 96) kg_wgmma_n96_##t(d, a, b, acc);                                      \
+            else kg_wgmma_n64_##t(d, a, b, acc);                                                   \
         }                                                                                          \
     };
 KG_WG_IN16(kg_wg_bf16, bf16)
@@ -1309,21 +1310,22 @@ __device__ static inline void kg_wg_scales_load(float v[4], const kg_wg_scale_ro
     v[0] = s.a[0][kb], v[1] = s.a[1][kb], v[2] = s.b[0][kb + s.z], v[3] = s.b[1][kb + s.z];
 }
 
-// fp8: k32 step kk of half h of a stage (the BN/2 columns of Y^T from
-// h x BN/2; BN: the tile's columns) into p (added to it when acc), A this
-// consumer's 64 rows at sx, B the stage's Y^T at sy; neither fenced nor
-// committed.
-template <class In, int BN>
+// fp8: k32 step kk of piece h of a stage (the W columns of Y^T from h x W:
+// a half of the tile, or at W = BN the whole of it) into p (added to it when
+// acc), A this consumer's 64 rows at sx, B the stage's Y^T at sy; neither
+// fenced nor committed.
+template <class In, int W>
 __device__ static __forceinline__ void kg_wg_mma_k32(float *p, unsigned sx, unsigned sy, int h, int kk, int acc) {
-    In::template mma<0, 0, BN>(p, kg_wg_desc_on(sx, kk * 32), kg_wg_desc_on(sy, h * (BN / 2) * 128 + kk * 32), acc);
+    In::template mma_n<W>(p, kg_wg_desc_on(sx, kk * 32), kg_wg_desc_on(sy, h * W * 128 + kk * 32), acc);
 }
-// fp8 promotion: a half's completed partial p added into its BN/4
-// accumulators d, times t[row half] (register i holds row half (i >> 1) & 1)
-// when SK, as ref.c's qprod_elem does: fma(partial, scale, acc).
-template <int SK, int BN>
+// fp8 promotion: a piece's completed partial p (R registers) added into its
+// R accumulators d, times t[row half] (register i holds row half
+// (i >> 1) & 1) when SK, as ref.c's qprod_elem does: fma(partial, scale,
+// acc).
+template <int SK, int R>
 __device__ static __forceinline__ void kg_wg_promote(float *d, const float *p, const float *t) {
 #pragma unroll
-    for (int i = 0; i < BN / 4; i++) {
+    for (int i = 0; i < R; i++) {
         if (SK) d[i] = kg_fma(p[i], t[(i >> 1) & 1], d[i]);
         else d[i] += p[i];
     }
@@ -1698,7 +1700,7 @@ __device__ static inline void kg_gemm_sm90(const kg_tmap *ta, const kg_tmap *tb,
             if (SK == 1) kg_wg_stage_scales(t, nxt, rows, kb, nk);
             kg_bar_wait(bars + 8 * s, phase);
             if (RK && at.k1 - at.k0 - kb * BK < BK) kg_wg_zero_tail<BN>(sx, sy, at.k1 - at.k0 - kb * BK, c, tid % 128);
-            if (SK == 2) {
+            if constexpr (SK == 2) {
                 // MX: each k32 step of each half through `part`, waited for and added times its
                 // scales (kk not unrolled, or ptxas spills).  Measured slower (README, the variants
                 // ledger): steps of 64 columns, one partial of 32 registers (5.7%), or two in turn,
@@ -1708,7 +1710,7 @@ __device__ static inline void kg_gemm_sm90(const kg_tmap *ta, const kg_tmap *tb,
 #pragma unroll 1
                     for (int kk = 0; kk < 4; kk++) {
                         kg_wg_fence();
-                        kg_wg_mma_k32<In, BN>(part, sx, sy, h, kk, 0);
+                        kg_wg_mma_k32<In, BN / 2>(part, sx, sy, h, kk, 0);
                         kg_wg_commit();
                         kg_wg_wait<0>();
                         kg_wg_touch<PW>(part);
@@ -1719,39 +1721,27 @@ __device__ static inline void kg_gemm_sm90(const kg_tmap *ta, const kg_tmap *tb,
                 if (++s == WG_STAGES) s = 0, phase ^= 1;
                 continue;
             }
-            if constexpr (whole) {
-                kg_wg_fence();
-#pragma unroll
-                for (int kk = 0; kk < 4; kk++)
-                    In::template mma_whole<BN>(part, kg_wg_desc_on(sx, kk * 32), kg_wg_desc_on(sy, kk * 32), kk);
-                kg_wg_commit();
-                kg_wg_wait<0>();
-                kg_wg_touch<PW>(part);
-#pragma unroll
-                for (int i = 0; i < PW; i++) d[i] += part[i];
-                kg_wg_release(bars + 8 * (WG_STAGES + s), lane);
-                if (++s == WG_STAGES) s = 0, phase ^= 1;
-                continue;
-            }
-            if (In::PROMOTE && (SK || WG_FP8_SPAN)) {
-                // the stage in two column halves, each through `part`, waited for; WG_FP8_SPAN = 2
-                // (not SK): each half's partial spans the next stage too, and both are freed
+            if constexpr (In::PROMOTE && (SK || WG_FP8_SPAN)) {
+                // the stage in NH pieces of W columns (two halves, or the whole tile), each
+                // through `part`, waited for; WG_FP8_SPAN = 2 (not SK): each half's partial spans
+                // the next stage too, and both are freed
+                constexpr int NH = whole ? 1 : 2, W = BN / NH;
                 const bool two = !SK && WG_FP8_SPAN == 2 && kb + 1 < nk;
                 const int s2 = s + 1 == WG_STAGES ? 0 : s + 1;
                 const unsigned sx2 = sx + (s2 - s) * WG_STAGE_BYTES_N(BN), sy2 = sy + (s2 - s) * WG_STAGE_BYTES_N(BN);
                 if (two) kg_bar_wait(bars + 8 * s2, s2 ? phase : phase ^ 1);
 #pragma unroll
-                for (int h = 0; h < 2; h++) {
+                for (int h = 0; h < NH; h++) {
                     kg_wg_fence();
 #pragma unroll
-                    for (int kk = 0; kk < 4; kk++) kg_wg_mma_k32<In, BN>(part, sx, sy, h, kk, kk);
+                    for (int kk = 0; kk < 4; kk++) kg_wg_mma_k32<In, W>(part, sx, sy, h, kk, kk);
                     if (two)
 #pragma unroll
-                        for (int kk = 0; kk < 4; kk++) kg_wg_mma_k32<In, BN>(part, sx2, sy2, h, kk, 1);
+                        for (int kk = 0; kk < 4; kk++) kg_wg_mma_k32<In, W>(part, sx2, sy2, h, kk, 1);
                     kg_wg_commit();
                     kg_wg_wait<0>();
                     kg_wg_touch<PW>(part);
-                    kg_wg_promote<SK, BN>(d + h * (BN / 4), part, t[h]);
+                    kg_wg_promote<SK, PW>(d + h * PW, part, t[h]);
                 }
                 kg_wg_release(bars + 8 * (WG_STAGES + s), lane);
                 if (++s == WG_STAGES) s = 0, phase ^= 1;
@@ -1764,11 +1754,11 @@ __device__ static inline void kg_gemm_sm90(const kg_tmap *ta, const kg_tmap *tb,
             }
             kg_wg_touch<BN / 2>(d);
             kg_wg_fence();
-            if (In::PROMOTE) {   // fp8 with WG_FP8_SPAN = 0 (a diagnostic): the tensor cores' own sums
+            if constexpr (In::PROMOTE) {   // fp8 with WG_FP8_SPAN = 0 (a diagnostic): the tensor cores' own sums
 #pragma unroll
                 for (int h = 0; h < 2; h++)
 #pragma unroll
-                    for (int kk = 0; kk < 4; kk++) kg_wg_mma_k32<In, BN>(d + h * (BN / 4), sx, sy, h, kk, 1);
+                    for (int kk = 0; kk < 4; kk++) kg_wg_mma_k32<In, BN / 2>(d + h * (BN / 4), sx, sy, h, kk, 1);
             } else {
 #pragma unroll
                 for (int kk = 0; kk < 4; kk++)
