@@ -369,15 +369,14 @@ static int q_sm90_family(const struct arm *a, const struct qrun *q, size_t K)
 }
 
 /* Whether the 192-column fp8 entries (kg_qgemm_sm90_n192_*, whose partial
- * sums span the tile's width) take the product L on arm a, `slots` clusters
- * at once: their persistent grid's rounds (units over slots) times 192 are
- * fewer than the rounds times the arm's tile columns.  8192^3 takes 21
+ * sums span the tile's width) take the product L on arm a, `slots` (> 0)
+ * clusters at once: their persistent grid's rounds (units over slots)
+ * times 192 are fewer than the rounds times the arm's tile columns.  8192^3 takes 21
  * rounds of 192 columns against 16 of 256; 4096^3 keeps 4 of 256 against
  * 6 of 192; a product of one round either way takes 192. */
 static int q_sm90_narrow(const struct arm *a, const struct prod_launch *L, size_t slots)
 {
     size_t tiles, wide = sm90_units(a, L, a->sm90_tile_n, &tiles), narrow = sm90_units(a, L, 192, &tiles);
-    slots = slots ? slots : 1;
     return (narrow + slots - 1) / slots * 192 < (wide + slots - 1) / slots * (size_t)a->sm90_tile_n;
 }
 
@@ -387,7 +386,7 @@ static int q_sm90_narrow(const struct arm *a, const struct prod_launch *L, size_
 static struct sm90_tile q_sm90_tile(const struct run *r, const struct prod_launch *L, int fam)
 {
     const struct arm *a = r->d->arm;
-    if (fam == 1 && a->sm90_q192_smem > 0 && q_sm90_narrow(a, L, dev_sms(r->d) / (unsigned)a->sm90_cluster))
+    if (fam == 1 && a->sm90_q192_smem > 0 && q_sm90_narrow(a, L, sm90_clusters(r->d, a)))
         return (struct sm90_tile){ 192, a->sm90_q192_smem, 1 };
     return sm90_tile_arm(a);
 }

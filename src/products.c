@@ -279,6 +279,14 @@ static void sm90_operands(const struct prod_launch *L, int tx, int ty, struct sm
     s->x = L->dx, s->y = L->dy, s->ldx = tx ? L->sxk : L->sxm, s->ldy = ty ? L->syk : L->syn, s->syg = L->syg;
 }
 
+/* The clusters of arm a that device d runs at once (one block an SM; at
+ * least 1): the persistent grid's width. */
+static size_t sm90_clusters(const struct device *d, const struct arm *a)
+{
+    size_t n = dev_sms(d) / (size_t)a->sm90_cluster;
+    return n ? n : 1;
+}
+
 /* The units of an sm_90a launch over the product L with tiles of the arm's
  * rows and tile_n columns (a unit: the arm's cluster of tiles stacked in
  * M); its tiles in *tiles. */
@@ -314,8 +322,8 @@ static void sm90_args(struct run *r, struct prod_launch *L, size_t es, enum dtyp
     s->use_tma = sm90_tmaps(r->d, a, L, es, dt, G, t.n, s);
     s->G = (int)(L->ragged == RAG_NONE ? 0 : L->groups), s->units = (int)units, s->M = (int)L->m, s->N = (int)L->n;
     s->K = (int)L->k;
-    size_t clusters = dev_sms(r->d) / cl;
-    unsigned blocks = (unsigned)((units < clusters ? units : clusters ? clusters : 1) * cl);
+    size_t clusters = sm90_clusters(r->d, a);
+    unsigned blocks = (unsigned)((units < clusters ? units : clusters) * cl);
     s->l = (struct launch_dims){ { blocks, 1, 1 }, 384, (unsigned)t.smem, tiles };
 }
 
