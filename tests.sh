@@ -1391,6 +1391,10 @@ FAST90="kg_gemm_sm90_bf16 kg_gemm_sm90_f16 kg_gemm_sm90_nn_bf16 kg_gemm_sm90_nn_
         kg_attn_bwd_fused_sm90_d64_f16 kg_attn_bwd_fused_sm90_d128_bf16 kg_attn_bwd_fused_sm90_d128_f16
         kg_attn_bwd_fused_sm90_d128nc_bf16 kg_attn_bwd_fused_sm90_d128nc_f16"
 nfast=$(echo $FAST90 | wc -w)
+# fast90_without LIST...: the entries of FAST90 not named in LIST (those a build leaves out)
+fast90_without() {
+    for e in $FAST90; do case " $* " in *" $e "*) ;; *) echo $e;; esac; done
+}
 nvcc=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
 ptxas=$(command -v ptxas || echo /usr/local/cuda/bin/ptxas)
 # sm90_ptx_check [-D...]: compile kernels.hip to sm_90a PTX (nvcc, the NVRTC front end) and ptxas it;
@@ -1465,7 +1469,7 @@ if [ -x "$nvcc" ] && [ -x "$ptxas" ]; then
     grep -qE "kg_qgemm_sm90_n192_smem = [1-9][0-9]*;" "$tmp/k90.ptx" \
         && ok "the default build publishes the 192-column fp8 entries' shared memory (kg_qgemm_sm90_n192_smem)" \
         || bad "default sm_90a build: kg_qgemm_sm90_n192_smem missing or 0"
-    probs=$(FAST=$(for e in $FAST90; do case " $MX90 $N192 " in *" $e "*) ;; *) echo $e;; esac; done) sm90_ptx_check -DWG_BN=192 -DFB_DQ_ATOMIC=1)
+    probs=$(FAST=$(fast90_without $MX90 $N192) sm90_ptx_check -DWG_BN=192 -DFB_DQ_ATOMIC=1)
     [ -z "$probs" ] && grep -qE "kg_qgemm_sm90_n192_smem( = 0)?;" "$tmp/k90.ptx" && ! grep -q "\.entry kg_qgemm_sm90_n192_" "$tmp/k90.ptx" \
         && ok "-D WG_BN=192 (128x192 tiles: wgmma n192, the fp8 per-tensor partial one n192 wide, blockwise halves n96; no MX or n192 entries, n192_smem 0) with -D FB_DQ_ATOMIC=1 (the 80-row entry's adds without locks) builds the same way: wgmma, no spill, no warning" \
         || bad "sm_90a, WG_BN=192 FB_DQ_ATOMIC=1: ${probs:-kg_qgemm_sm90_n192_smem not 0}"
@@ -1473,8 +1477,7 @@ if [ -x "$nvcc" ] && [ -x "$ptxas" ]; then
     [ -z "$probs" ] && ! grep -q "kg_attn_bwd_fused_sm90_smem_d" "$tmp/k90.ptx" \
         && ok "-D FB_FUSED=0 (the backward's two passes at every head dim) builds the same way, and does not publish the fused pass's shared memory" \
         || bad "sm_90a, FB_FUSED=0: ${probs:-the build still publishes kg_attn_bwd_fused_sm90_smem_d64 or _d128}"
-    probs=$(FAST=$(for e in $FAST90; do case " $N192 " in *" $e "*) ;; *) echo $e;; esac; done) \
-            sm90_ptx_check -DWG_CLUSTER=2 -DWG_STORE_V4=0 -DFB_DQ_ATOMIC=1 -DFB_ROTATE=1 -DWG_BN=128 -DFB_BM64=64 -DFB_NC_BM=64)
+    probs=$(FAST=$(fast90_without $N192) sm90_ptx_check -DWG_CLUSTER=2 -DWG_STORE_V4=0 -DFB_DQ_ATOMIC=1 -DFB_ROTATE=1 -DWG_BN=128 -DFB_BM64=64 -DFB_NC_BM=64)
     [ -z "$probs" ] && ! grep -q "\.entry kg_qgemm_sm90_n192_" "$tmp/k90.ptx" \
         && ok "the knobs' other side (-D WG_CLUSTER=2 -D WG_STORE_V4=0 -D FB_DQ_ATOMIC=1 -D FB_ROTATE=1 -D WG_BN=128 -D FB_BM64=64 -D FB_NC_BM=64) builds the same way: wgmma, no spill, no warning, no n192 entries" \
         || bad "sm_90a, WG_CLUSTER=2 WG_STORE_V4=0 FB_DQ_ATOMIC=1 FB_ROTATE=1 WG_BN=128 FB_BM64=64 FB_NC_BM=64: ${probs:-n192 entries in the build}"
