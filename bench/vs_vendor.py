@@ -24,7 +24,8 @@ raises) gets a row saying so and does not fail the run.
 Each case's seconds and the SM clock of each round go to stderr: kgate's,
 from its timer's clock probe after each sample, and the vendor's, from the
 same kind of probe after each of its samples (a spin of known SM cycles
-between two events, NVIDIA), else from NVML after its samples (where
+between two events, after a spin that keeps the GPU busy while the probe is
+queued; NVIDIA), else from NVML after its samples (where
 torch.cuda.clock_rate can read it: the idle GPU's clock, not the same
 measure); --json keeps them per round.
 
@@ -306,6 +307,7 @@ CASES = [(n, a, f, [("vendor", b)], None) for n, a, f, b in CASES] + [
 
 
 CLOCK_CYCLES = 20000   # the clock probe's shorter spin: about 10 us at 2 GHz
+LEAD_CYCLES = 200000   # a spin queued before the probe's first event: about 100 us
 
 
 def clock_probe():
@@ -313,11 +315,17 @@ def clock_probe():
     own: two spins, of CLOCK_CYCLES and 3 x CLOCK_CYCLES SM cycles
     (torch.cuda._sleep counts clock64, SM cycles on NVIDIA), each between
     two events, so that the launch inside each window cancels in the
-    difference.  The four events, or None where there is no such probe
-    (ROCm, whose clock64 is not the shader clock; or no _sleep)."""
+    difference.  A spin of LEAD_CYCLES first keeps the GPU busy while the
+    host queues the rest (a GPU that runs dry records the first event
+    early, and the first window then holds the host's time to queue its
+    spin): after a bf16 8192^3 matmul on the H200 the probe read -2 to
+    2033 MHz without it, 1611 to 1615 with it (README).  The four events,
+    or None where there is no such probe (ROCm, whose clock64 is not the
+    shader clock; or no _sleep)."""
     if torch.version.hip is not None or not hasattr(torch.cuda, "_sleep"):
         return None
     ev = [torch.cuda.Event(enable_timing=True) for _ in range(4)]
+    torch.cuda._sleep(LEAD_CYCLES)
     for i, cycles in enumerate((CLOCK_CYCLES, 3 * CLOCK_CYCLES)):
         ev[2 * i].record()
         torch.cuda._sleep(cycles)
