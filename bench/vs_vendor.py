@@ -316,12 +316,12 @@ def clock_probe():
     (torch.cuda._sleep counts clock64, SM cycles on NVIDIA), each between
     two events, so that the launch inside each window cancels in the
     difference.  A spin of LEAD_CYCLES first keeps the GPU busy while the
-    host queues the rest (a GPU that runs dry records the first event
-    early, and the first window then holds the host's time to queue its
-    spin): after a bf16 8192^3 matmul on the H200 the probe read -2 to
-    2033 MHz without it, 1611 to 1615 with it (README).  The four events,
-    or None where there is no such probe (ROCm, whose clock64 is not the
-    shader clock; or no _sleep)."""
+    host queues the rest (the likely cause of wild readings: a GPU that
+    runs dry records the first event early, and the first window then
+    holds the host's time to queue its spin): after a bf16 8192^3 matmul
+    on the H200 the probe read -2 to 2033 MHz without it, 1611 to 1615
+    with it (README).  The four events, or None where there is no such
+    probe (ROCm, whose clock64 is not the shader clock; or no _sleep)."""
     if torch.version.hip is not None or not hasattr(torch.cuda, "_sleep"):
         return None
     ev = [torch.cuda.Event(enable_timing=True) for _ in range(4)]
