@@ -706,16 +706,13 @@ kg_gemm_f32(const float *X, const float *Y, float *C, int M, int N, int K, kg_i6
 #define WG_A_BYTES (WG_BM * WG_ROW)
 #define WG_MN_CHUNK (64 * WG_ROW)           // MN-major (16-bit): 64 rows x 64 of K, one TMA box
 #define WG_STAGE_BYTES_N(BN) ((WG_BM + (BN)) * WG_ROW)
-#define WG_STAGE_BYTES WG_STAGE_BYTES_N(WG_BN)
 #define WG_MX 32                            // MX: the K of a scale block, four per stage
 #define WG_MX_BYTES_N(BN) (4 * (WG_BM + (BN)) * 4)   // MX: a stage's scales as floats, X's [4][WG_BM], Y^T's [4][BN]
-#define WG_MX_BYTES WG_MX_BYTES_N(WG_BN)
 // Dynamic shared memory: the stages, 1 KiB to align them to the swizzle
 // pattern, the 2 x WG_STAGES mbarriers, and the MX entries' scales of
 // each stage (where the fp8 entries scaled in the epilogue copy their tile's
 // column scales instead, kg_wg_cols_fill; the others leave it unused).
 #define WG_SMEM_N(BN) (WG_STAGES * (WG_STAGE_BYTES_N(BN) + WG_MX_BYTES_N(BN)) + 1024 + 16 * WG_STAGES)
-#define WG_SMEM WG_SMEM_N(WG_BN)
 #if WG_BN != 128 && WG_BN != 192 && WG_BN != 256
 #error "WG_BN must be 128, 192 or 256"
 #endif
@@ -731,7 +728,7 @@ kg_gemm_f32(const float *X, const float *Y, float *C, int M, int N, int K, kg_i6
 #if defined(KG_SM90)
 // kgate reads these after loading: nonzero smem = this build has the sm_90a
 // GEMMs, launched with that many bytes of dynamic shared memory.
-extern "C" __device__ int kg_gemm_sm90_smem = WG_SMEM;
+extern "C" __device__ int kg_gemm_sm90_smem = WG_SMEM_N(WG_BN);
 extern "C" __device__ int kg_gemm_sm90_tile_m = WG_BM;
 extern "C" __device__ int kg_gemm_sm90_tile_n = WG_BN;
 // Blocks per cluster: the launch counts units of WG_CLUSTER tiles (stacked
