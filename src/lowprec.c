@@ -376,7 +376,7 @@ static int q_sm90_family(const struct arm *a, const struct qrun *q, size_t K)
  * 6 of 192; a product of one round either way takes 192. */
 static int q_sm90_narrow(const struct arm *a, const struct prod_launch *L, size_t slots)
 {
-    size_t tiles, wide = sm90_units(a, L, a->sm90_tile_n, &tiles), narrow = sm90_units(a, L, 192, &tiles);
+    size_t wide = sm90_units(a, L, a->sm90_tile_n, NULL), narrow = sm90_units(a, L, 192, NULL);
     return (narrow + slots - 1) / slots * 192 < (wide + slots - 1) / slots * (size_t)a->sm90_tile_n;
 }
 

@@ -289,17 +289,17 @@ static size_t sm90_clusters(const struct device *d, const struct arm *a)
 
 /* The units of an sm_90a launch over the product L with tiles of the arm's
  * rows and tile_n columns (a unit: the arm's cluster of tiles stacked in
- * M); its tiles in *tiles. */
+ * M); its tiles in *tiles unless tiles is NULL. */
 static size_t sm90_units(const struct arm *a, const struct prod_launch *L, int tile_n, size_t *tiles)
 {
     size_t G = L->ragged == RAG_ROWS ? L->groups : 0, tn = tile_count((int)L->n, tile_n);
-    size_t cl = (size_t)a->sm90_cluster, units = 0;
+    size_t cl = (size_t)a->sm90_cluster, units = 0, all = 0;
     size_t per = L->ragged == RAG_INNER ? L->groups : 1;   /* a ragged inner dimension: M x N tiles per group */
-    *tiles = 0;
     for (size_t g = 0; g < (G ? G : 1); g++) {
         size_t tm = tile_count((int)(G ? L->offs[g + 1] - L->offs[g] : L->m), a->sm90_tile_m);
-        *tiles += per * tm * tn, units += per * ((tm + cl - 1) / cl * tn);
+        all += per * tm * tn, units += per * ((tm + cl - 1) / cl * tn);
     }
+    if (tiles) *tiles = all;
     return units;
 }
 
