@@ -767,12 +767,16 @@ static unsigned command_kind(const char *cmd)
     return ops_find(cmd) ? K_CASE : 0;
 }
 
-/* Exit 2 on options that parse but mean nothing for this run: --budget
- * without a candidate arm, --why without a tolerance, --graph on the CPU
- * device, --trades-precision on a case that is not low precision (one:
- * the case of a case command, compare or noise; NULL for other commands). */
+/* Exit 2 on options that parse but mean nothing for this run, before any
+ * work: --budget without a candidate arm, --why without a tolerance,
+ * --graph or --kernels on the CPU device, --cpu-sums sm90a off it,
+ * --trades-precision or --cpu-sums on a case that is not low precision
+ * (one: the case of a case command, compare or noise; NULL for other
+ * commands); and an environment variable kgate would refuse later
+ * (KGATE_REF_PORTABLE, read by ref_fast). */
 static void check_meaningful(const struct opts *o, const struct kcase *one)
 {
+    (void)ref_fast();
     if (o->budget && !o->variant && !o->kernels_path && !o->ndefines)
         die(EXIT_USAGE, "--budget limits the candidate code objects a ledger holds; this run has no candidate "
             "(--variant NAME with -D, or --kernels FILE)");
@@ -780,6 +784,13 @@ static void check_meaningful(const struct opts *o, const struct kcase *one)
         die(EXIT_USAGE, "--why gives the reason for a looser --rtol or --atol; neither is given");
     if (o->graph && o->device_cpu)
         die(EXIT_USAGE, "--graph: graphs need a GPU (CUDA graphs or hipGraphs); the CPU device has none");
+    if (o->kernels_path && o->device_cpu)
+        die(EXIT_USAGE, "--kernels needs a GPU device; --device cpu runs ref.c's candidate");
+    if (o->cpu_sums_sm90 && !o->device_cpu && !o->device_list)
+        die(EXIT_USAGE, "--cpu-sums sm90a is the CPU candidate's arithmetic: it needs --device cpu");
+    if ((o->seen >> opts_row("--cpu-sums") & 1) && one && one->qfmt == Q_NONE)
+        die(EXIT_USAGE, "--cpu-sums sets how the CPU candidate sums fp8 and MX products; %s is not low precision",
+            one->label);
     if (o->trades_precision && one && one->qfmt == Q_NONE)
         die(EXIT_USAGE, "--trades-precision waives the low-precision SNR baseline rule; %s is not low precision",
             one->label);
@@ -793,7 +804,10 @@ int main(int argc, char **argv)
         fputs(USAGE, stdout);
         return EXIT_PASS;
     }
-    if (strcmp(argv[1], "--version") == 0 || strcmp(argv[1], "version") == 0) return opts_version();
+    if (strcmp(argv[1], "--version") == 0 || strcmp(argv[1], "version") == 0) {
+        if (argc > 2) die(EXIT_USAGE, "%s takes nothing after it ('%s')", argv[1], shown(argv[2]));
+        return opts_version();
+    }
     for (int i = 2; i < argc; i++)
         if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) return opts_command_help(argv[1]);
     if (argv[1][0] == '-')

@@ -758,19 +758,46 @@ bad_usage "codec: e8m0 encode"      $K codec e8m0 1.0
 bad_usage "codec: beyond fp32"      $K codec e4m3fnuz 1e40
 bad_usage "codec: --fp8 on e2m1"    $K codec e2m1 --fp8 ocp 1
 bad_usage "codec: a long stdin line" bash -c "printf '0.%0300d1\\n' 0 | $K codec e4m3"
+bad_usage "codec: --fp8 twice"      $K codec e4m3 --fp8 ocp --fp8 fnuz 1
+bad_usage "codec: an unknown option" $K codec e4m3 --bogus
+has "$tmp/err" "unknown option '--bogus'" "codec names an unknown option as one"
+bad_usage "codec: a bad stdin line" bash -c "printf '1\\nfoo\\n' | $K codec e4m3"
+has "$tmp/err" "stdin line 2: 'foo' is not a number" "codec names the stdin line"
 bad_usage "unknown option"          $K gemm --device cpu --shape 8x8x8 --frob
 bad_usage "missing value"           $K gemm --device cpu --shape
+for o in --dtype --layout --inputs --scaling --out; do   # a case option without its value is named as such
+    bad_usage "$o without a value" $K gemm --device cpu --shape 8x8x8 $o
+    has "$tmp/err" "$o needs a value" "$o without a value: says it needs one"
+done
 bad_usage "bad seed"                $K gemm --device cpu --shape 8x8x8 --seed abc
 bad_usage "negative rtol"           $K gemm --device cpu --shape 8x8x8 --rtol -1 --why x
 bad_usage "unknown fault"           $K gemm --device cpu --shape 8x8x8 --inject bogus
 bad_usage "bad device"              $K gemm --device gpu0 --shape 8x8x8
 bad_usage "--kernels on the CPU"    $K gemm --device cpu --shape 8x8x8 --kernels kernels.hip
+bad_usage "selftest --kernels on the CPU, before its checks" $K selftest --device cpu --kernels kernels.hip
+[ -s "$tmp/out" ] && bad "selftest printed checks before refusing --kernels on the CPU" \
+    || ok "selftest refuses --kernels on the CPU before any check"
+bad_usage "--cpu-sums on a case that is not low precision" $K gemm --device cpu --shape 8x8x8 --cpu-sums sm90a
+KGATE_REF_PORTABLE=2 run $K gemm --device cpu --shape 8x8x8
+[ $rc -eq 2 ] && [ ! -s "$tmp/out" ] && grep -q "KGATE_REF_PORTABLE=2: expected 0 or 1" "$tmp/err" \
+    && ok "KGATE_REF_PORTABLE=2 on a bf16 case: refused before any work" || bad "KGATE_REF_PORTABLE=2: exit $rc"
 bad_usage "unreadable shapes file"  $K all --device cpu --shapes "$tmp/none.txt"
+for a in sm_zz sm_ sm_9 gfx9 gfx94x2; do bad_usage "isa --arch $a" $K isa --arch $a; done
+bad_usage "isa --arch with target features (as ROCm names a device), a missing --kernels" \
+    $K isa --arch gfx942:sramecc+:xnack- --kernels "$tmp/none.hip"
+has "$tmp/err" "cannot read --kernels" "an arch with target features is taken as an arch"
+bad_usage "isa on the CPU device"   $K isa --device cpu
+bad_usage "--version with more after it" $K --version --bogus
 printf 'gemm --dtype bf16 --shape 8x8x8\n\ngemm --dtype bf16 --shape 8x8\n' >"$tmp/bad.txt"
 bad_usage "shapes line that does not parse" $K all --device cpu --shapes "$tmp/bad.txt"
 has "$tmp/err" "bad.txt:3: --shape 8x8" "the bad line is named by file and line"
 printf 'gemm --shape 8x8x8 --device cpu\n' >"$tmp/bad.txt"
 bad_usage "run option on a shapes line" $K all --device cpu --shapes "$tmp/bad.txt"
+for v in "--seed abc" "--timeout 0" "--repeat"; do   # named as a run option, with its line, whatever its value
+    printf 'gemm --shape 8x8x8\ngemm --shape 8x8x8 %s\n' "$v" >"$tmp/bad.txt"
+    bad_usage "run option with a bad value on a shapes line ($v)" $K all --device cpu --shapes "$tmp/bad.txt"
+    has "$tmp/err" "bad.txt:2: ${v%% *} is a run option, not a case option" "$v on a shapes line: file, line and what is wrong"
+done
 printf 'conv --shape 8x8x8\n' >"$tmp/bad.txt"
 bad_usage "unknown op in shapes"    $K all --device cpu --shapes "$tmp/bad.txt"
 bad_usage "grouped without --groups" $K grouped --device cpu --shape 8x8
@@ -1609,6 +1636,10 @@ echo "-- the ledger's chain catches edits, removals, reorders and torn lines"
 cp "$L" "$tmp/e.ledger" && sed -i '2s/"verdict":"pass"/"verdict":"pasS"/' "$tmp/e.ledger"
 expect 1 "verify: an edited line" $K ledger verify --ledger "$tmp/e.ledger"
 has "$tmp/out" "line 2: its text does not match its line_sha256" "verify names the edited line"
+expect 1 "the table of an edited ledger" $K ledger --ledger "$tmp/e.ledger"
+has "$tmp/err" "line 2: its text does not match its line_sha256 .*the table stops before it" "the table names the edited line"
+[ "$(grep -cE '^ +[0-9]+ ' "$tmp/out")" = 1 ] && ok "the table shows the one line before the edit, not the edited one" \
+    || bad "the table of an edited ledger: $(grep -cE '^ +[0-9]+ ' "$tmp/out") rows"
 python3 - "$L" "$tmp/f.ledger" <<'PY'
 import hashlib, sys
 lines = open(sys.argv[1]).read().split("\n")[:-1]
@@ -1702,8 +1733,22 @@ for sub in "" verify best; do
 done
 mkfifo "$tmp/fifo.ledger"
 expect 2 "ledger verify on a FIFO (does not block)" timeout 20 $K ledger verify --ledger "$tmp/fifo.ledger"
+# Files kgate reads whole (a shapes file, --kernels, a dump's files) are opened without
+# waiting for a writer: a FIFO is refused at once with one line.
+mkfifo "$tmp/fifo.in"
+expect 2 "all --shapes on a FIFO (does not block)" timeout 20 $K all --device cpu --shapes "$tmp/fifo.in"
+one_line "all --shapes FIFO"
+has "$tmp/err" "cannot read shapes file .*: it is a FIFO, not a regular file" "--shapes FIFO: says what it is"
+expect 2 "isa --kernels on a FIFO (does not block)" timeout 20 $K isa --arch gfx942 --kernels "$tmp/fifo.in"
+has "$tmp/err" "cannot read --kernels .*: it is a FIFO, not a regular file" "--kernels FIFO: says what it is"
+mkdir -p "$tmp/fifodump" && mkfifo "$tmp/fifodump/manifest.json"
+expect 2 "diff with a FIFO for a manifest (does not block)" timeout 20 $K diff "$tmp/fifodump" "$tmp/fifodump"
+has "$tmp/err" "manifest.json: cannot read: it is a FIFO, not a regular file" "diff: says the manifest is a FIFO"
 cp "$L" "$tmp/ro.ledger" && chmod 444 "$tmp/ro.ledger"
 expect 0 "ledger best on a read-only ledger" $K ledger best --ledger "$tmp/ro.ledger"
+: >"$tmp/empty.ledger"
+for sub in "" verify best; do expect 0 "ledger $sub on an empty ledger" $K ledger $sub --ledger "$tmp/empty.ledger"; done
+has "$tmp/out" "holds no lines: no checkpoint yet" "ledger best on an empty ledger says so"
 expect 0 "ledger on a read-only ledger" $K ledger --ledger "$tmp/ro.ledger"
 for p in "$tmp" /dev/null; do
     expect 2 "compare --ledger $p: refused before measuring" $K compare gemm --device cpu --shape 16x16x16 --variant u -D X=1 --rounds 2 --ledger "$p"
@@ -1799,6 +1844,18 @@ has "$tmp/out" "^  --layout L " "gemm --help: the case options"
 has "$tmp/out" "^  --timeout S " "gemm --help: the run options"
 grep -q "^  --groups" "$tmp/out" && ok "gemm --help lists the case options (shared by the ops)" || bad "gemm --help lacks --groups"
 expect 2 "frob --help" $K frob --help
+# A command's help lists the run options it takes and no others (OPT_ROWS): the command,
+# an option its help must list, and (a regex) options it refuses, which it must not list.
+help_takes() {
+    expect 0 "$1 --help" $K "$1" --help
+    has "$tmp/out" "^  $2 " "$1 --help lists $2"
+    grep -qE "^  --($3) " "$tmp/out" && bad "$1 --help lists an option $1 refuses ($3)" || ok "$1 --help leaves out $3"
+}
+help_takes compare "--rounds N" "dump|cpu-sums"
+help_takes ledger "--ledger FILE" "budget|variant|rounds"
+help_takes isa "--kernels FILE" "repeat|wide|rounds"
+help_takes selftest "--variant NAME" "repeat|inject|json"
+help_takes all "--cpu-sums fp32\|sm90a" "rounds"
 
 echo "== every GPU of a node: a device list on the CPU device (each entry its own kgate, compared)"
 # Three CPU workers on three small cases: bitwise agreement, the speed rule, a faulting worker, --json.

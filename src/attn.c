@@ -28,8 +28,7 @@ static int attn_set(struct kcase *c, const char *key, const char *val)
     static const char *const with_value[] = { "--dtype", "--batch", "--heads", "--seq", "--seqlens",
                                               "--dim", "--scale" };
     for (size_t i = 0; i < sizeof with_value / sizeof *with_value; i++)
-        if (!val && strcmp(key, with_value[i]) == 0)
-            die(EXIT_USAGE, "%s: %s needs a value (see kgate --help)", c->where, key);
+        if (strcmp(key, with_value[i]) == 0) case_need(c, key, val);
     if (strcmp(key, "--dtype") == 0) { case_set_dtype(c, val, 0); return 1; }
     if (strcmp(key, "--batch") == 0) { case_parse_pair(c, key, val, 0, 1, MAX_GROUPS, &c->batch, &b); return 1; }
     if (strcmp(key, "--heads") == 0) { case_parse_pair(c, key, val, 1, 1, MAX_HEADS, &c->hq, &c->hkv); return 1; }

@@ -148,9 +148,18 @@ static void case_parse_lens(struct kcase *c, const char *flag, const char *s, in
     }
 }
 
+/* Exit 2 if case option `key` came without its value (val NULL: the end of
+ * the line or of the command). */
+static void case_need(const struct kcase *c, const char *key, const char *val)
+{
+    if (!val) die(EXIT_USAGE, "%s: %s needs a value (see kgate %s --help)", c->where, key, c->op->name);
+}
+
+/* --dtype VAL: f16 or bf16, or f32 too when allow_f32; exit 2 otherwise. */
 static void case_set_dtype(struct kcase *c, const char *val, int allow_f32)
 {
-    if (!val || case_parse_dtype(val, &c->dt) != 0 || (!allow_f32 && c->dt == DT_F32))
+    case_need(c, "--dtype", val);
+    if (case_parse_dtype(val, &c->dt) != 0 || (!allow_f32 && c->dt == DT_F32))
         die(EXIT_USAGE, "%s: --dtype %s: unknown dtype for %s (%s)", c->where, shown(val),
             c->op->name, allow_f32 ? "f32, f16, bf16" : "f16, bf16");
 }
@@ -160,6 +169,7 @@ static void case_set_dtype(struct kcase *c, const char *val, int allow_f32)
 static int case_set_inputs(struct kcase *c, const char *key, const char *val)
 {
     if (strcmp(key, "--inputs") != 0) return -1;
+    case_need(c, key, val);
     for (int i = IN_UNIFORM; val && i <= IN_SCALED; i++)
         if (strcmp(val, INPUTS[i]) == 0) { c->inputs = (enum inputs)i; return 1; }
     die(EXIT_USAGE, "%s: --inputs %s: unknown distribution (uniform, normal, scaled)", c->where, shown(val));

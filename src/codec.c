@@ -25,14 +25,15 @@ static void codec_value(float v)
 }
 
 /* Encode one value written as text (an fp32 value: decimal, hex float,
- * nan, inf); exit 2 if it is not one. */
-static void codec_encode(enum qfmt f, const char *text)
+ * nan, inf); exit 2 if it is not one, naming its stdin line when line > 0. */
+static void codec_encode(enum qfmt f, const char *text, int line)
 {
-    char *end;
+    char *end, where[48] = "";
+    if (line > 0) snprintf(where, sizeof where, "stdin line %d: ", line);
     errno = 0;
     float v = strtof(text, &end);
-    if (end == text || *end) die(EXIT_USAGE, "codec: '%s' is not a number", shown(text));
-    if (errno == ERANGE && isinf(v)) die(EXIT_USAGE, "codec: %s is beyond fp32's range", shown(text));
+    if (end == text || *end) die(EXIT_USAGE, "codec: %s'%s' is not a number", where, shown(text));
+    if (errno == ERANGE && isinf(v)) die(EXIT_USAGE, "codec: %s%s is beyond fp32's range", where, shown(text));
     unsigned code = q_encode(f, v);
     printf("%s 0x%02x ", text, code);
     codec_value(q_decode(f, code));
@@ -51,9 +52,13 @@ static int cmd_codec(int argc, char **argv)
     for (int i = 2; i < argc; i++) {
         if (strcmp(argv[i], "--fp8") == 0) {
             if (i + 1 == argc) die(EXIT_USAGE, "codec: --fp8 needs ocp or fnuz");
+            if (enc) die(EXIT_USAGE, "codec: --fp8 is given twice: give it once");
             enc = argv[++i];
         } else if (strcmp(argv[i], "--decode-all") == 0) {
+            if (decode_all) die(EXIT_USAGE, "codec: --decode-all is given twice: give it once");
             decode_all = 1;
+        } else if (strncmp(argv[i], "--", 2) == 0) {
+            die(EXIT_USAGE, "codec: unknown option '%s' (--fp8 ocp|fnuz, --decode-all)", shown(argv[i]));
         } else if (!fmt) {
             fmt = argv[i];
         } else {
@@ -74,7 +79,7 @@ static int cmd_codec(int argc, char **argv)
         return EXIT_PASS;
     }
     if (f == Q_COUNT) die(EXIT_USAGE, "codec: e8m0 is decode-only (--decode-all)");
-    for (int i = 0; i < nvalues; i++) codec_encode(f, values[i]);
+    for (int i = 0; i < nvalues; i++) codec_encode(f, values[i], 0);
     if (nvalues) { free(values); return EXIT_PASS; }
     free(values);
     char line[256];
@@ -83,7 +88,7 @@ static int cmd_codec(int argc, char **argv)
         if (len == sizeof line - 1 && line[len - 1] != '\n' && !feof(stdin))
             die(EXIT_USAGE, "codec: stdin line %d: longer than %zu characters", n, sizeof line - 2);
         while (len && isspace((unsigned char)line[len - 1])) line[--len] = 0;
-        if (*line) codec_encode(f, line);
+        if (*line) codec_encode(f, line, n);
     }
     return EXIT_PASS;
 }

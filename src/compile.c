@@ -552,7 +552,7 @@ static void arm_from_opts(struct arm *a, const struct opts *o, char **file)
     a->candidate = 1, a->diagnostic = o->diagnostic;
     if (o->kernels_path) {
         *file = read_file(o->kernels_path, NULL);
-        if (!*file) die(EXIT_USAGE, "cannot read --kernels %s: %s", shown(o->kernels_path), strerror(errno));
+        if (!*file) die(EXIT_USAGE, "cannot read --kernels %s: %s", shown(o->kernels_path), read_why());
         a->src = *file, a->src_name = o->kernels_path;
     }
     const char *base = o->kernels_path ? strrchr(o->kernels_path, '/') : NULL;

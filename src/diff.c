@@ -207,7 +207,7 @@ static void diff_open(struct dmp *d, const char *dir)
         if (access(first, F_OK) == 0)
             die(EXIT_USAGE, "diff: %s is an `all --dump` directory: compare its case-NNN directories one by one",
                 shown(dir));
-        die(EXIT_USAGE, "diff: %s: cannot read: %s (not a --dump directory?)", shown(d->path), strerror(errno));
+        die(EXIT_USAGE, "diff: %s: cannot read: %s (not a --dump directory?)", shown(d->path), read_why());
     }
     if (strlen(d->text) != len) die(EXIT_USAGE, "diff: %s: not a kgate manifest (a NUL byte)", shown(d->path));
     d->j = (struct jparse){ .p = d->text, .start = d->text, .path = d->path };
@@ -294,7 +294,7 @@ static void npy_read(const struct dmp *d, const char *name, const char *descr, s
     size_t len;
     memset(a, 0, sizeof *a);
     a->raw = read_file(path, &len);
-    if (!a->raw) die(EXIT_USAGE, "diff: %s: cannot read: %s", shown(path), strerror(errno));
+    if (!a->raw) die(EXIT_USAGE, "diff: %s: cannot read: %s", shown(path), read_why());
     const unsigned char *u = (const unsigned char *)a->raw;
     if (len < 10 || memcmp(u, "\x93NUMPY\x01\x00", 8) != 0)
         die(EXIT_USAGE, "diff: %s: not an .npy file of format 1.0", shown(path));
@@ -357,7 +357,7 @@ static void diff_sha(const struct dmp *d, const char *name, char out[65])
     diff_file(d, name, path);
     size_t len;
     char *t = read_file(path, &len);
-    if (!t) die(EXIT_USAGE, "diff: %s: cannot read: %s", shown(path), strerror(errno));
+    if (!t) die(EXIT_USAGE, "diff: %s: cannot read: %s", shown(path), read_why());
     sha256_text(t, len, out);
     free(t);
 }

@@ -9,7 +9,8 @@ static int gemm_set(struct kcase *c, const char *key, const char *val)
     if (q >= 0) return q;
     if (strcmp(key, "--dtype") == 0) { case_set_dtype(c, val, 1); return 1; }
     if (strcmp(key, "--layout") == 0) {
-        if (!val || strlen(val) != 2 || !strchr("NT", val[0]) || !strchr("NT", val[1]))
+        case_need(c, key, val);
+        if (strlen(val) != 2 || !strchr("NT", val[0]) || !strchr("NT", val[1]))
             die(EXIT_USAGE, "%s: --layout %s: unknown layout (NN, NT, TN, TT)", c->where, shown(val));
         memcpy(c->layout, val, 3);
         return 1;

@@ -6,9 +6,10 @@
 static int grouped_set(struct kcase *c, const char *key, const char *val)
 {
     if (strcmp(key, "--layout") == 0) {
-        if (!val || (strcmp(val, "NN") != 0 && strcmp(val, "NT") != 0))
+        case_need(c, key, val);
+        if (strcmp(val, "NN") != 0 && strcmp(val, "NT") != 0)
             die(EXIT_USAGE, "%s: --layout %s: grouped takes NN (B is [G][K][N]) or NT (B is [G][N][K])",
-                c->where, val ? val : "");
+                c->where, shown(val));
         memcpy(c->layout, val, 3);
         return 1;
     }

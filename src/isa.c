@@ -453,19 +453,36 @@ static void isa_print(const struct isa_list *l)
  * (default: GPU 0's arch) and list each kernel's instructions, matrix
  * instructions and resources when a disassembler is found.  --expect: exit
  * 1 unless a kernel holds that class, and always when nothing can count. */
+/* Whether --arch names a target as written: sm_ and two or three digits,
+ * then optionally a or f (sm_90a, sm_100f); or gfx and three or four hex
+ * digits (gfx942, gfx90a, gfx1100), then optionally target features
+ * (gfx942:sramecc+:xnack-, as ROCm names a device). */
+static int isa_arch_ok(const char *arch)
+{
+    size_t n = strlen(arch);
+    if (strncmp(arch, "sm_", 3) == 0) {
+        size_t d = strspn(arch + 3, "0123456789");
+        return (d == 2 || d == 3) && (n == 3 + d || (n == 4 + d && (arch[n - 1] == 'a' || arch[n - 1] == 'f')));
+    }
+    size_t h = strncmp(arch, "gfx", 3) == 0 ? strspn(arch + 3, "0123456789abcdef") : 0, end = 3 + h;
+    return (h == 3 || h == 4) &&
+           (end == n || (arch[end] == ':' && strspn(arch + end, ":+-abcdefghijklmnopqrstuvwxyz0123456789") == n - end));
+}
+
 static int cmd_isa(const struct opts *o, const char *sub)
 {
     (void)sub;
     struct device d;
     memset(&d, 0, sizeof d);
     const char *arch = o->arch;
+    if (o->device_cpu)
+        die(EXIT_USAGE, "isa --device cpu: the CPU device runs no code object (isa compiles for --arch A or a GPU's)");
+    if (arch && !isa_arch_ok(arch)) die(EXIT_USAGE, "--arch %s: expected sm_XY[a] (NVIDIA) or gfxNNN (AMD)", shown(arch));
     if (!arch) {
         gpu_open(&d, o->device_index);
         arch = d.arch;
     }
     enum platform pf = strncmp(arch, "sm_", 3) == 0 ? PF_CUDA : PF_HIP;
-    if (pf == PF_HIP && strncmp(arch, "gfx", 3) != 0)
-        die(EXIT_USAGE, "--arch %s: expected sm_XY[a] (NVIDIA) or gfxNNN (AMD)", shown(arch));
     struct arm arm;
     char *file;
     arm_from_opts(&arm, o, &file);

@@ -564,7 +564,8 @@ static void cell_num(char *buf, size_t n, const char *line, const char *key, con
 
 /* kgate ledger: every whole line as a table row, with the path its
  * launches took (a line from before --graph: eager) and the budget count;
- * exit 1, naming the line, when the chain does not verify. */
+ * when the chain does not verify, the rows before the line that breaks it
+ * alone (no edited value is shown), then exit 1 naming that line. */
 static int ledger_table(const char *path)
 {
     size_t len = 0;
@@ -575,9 +576,10 @@ static int ledger_table(const char *path)
     long lines = 0, bad = ledger_walk(text, len, NULL, &why, &lines, (char[65]){ 0 });
     printf("%5s %-20s %-40s %-14s %-10s %-12s %-7s %-5s %11s %7s %7s %-7s %6s\n", "line", "time (UTC)", "case",
            "arm", "role", "code object", "verdict", "path", "median-us", "ratio", "band-%", "compare", "budget");
+    long ln = 0;
     for (char *p = text, *nl; *p; p = nl + 1) {
         nl = strchr(p, '\n');
-        if (!nl) break;
+        if (!nl || (bad && ++ln >= bad)) break;
         *nl = 0;
         char when[32] = "", kase[256] = "", arm[64] = "", role[16] = "", sha[65] = "", verdict[16] = "",
              cmp[16] = "-", med[32], ratio[32], band[32], used[16] = "?", budget[16] = "?", path[16] = "eager";
@@ -601,7 +603,9 @@ static int ledger_table(const char *path)
                seq, when, kase, arm, role, sha, verdict, path, med, ratio, band, cmp, count);
     }
     free(text);
-    if (bad) fprintf(stderr, "kgate: ledger %s: line %ld: %s (kgate ledger verify)\n", path, bad, why);
+    if (bad)
+        fprintf(stderr, "kgate: ledger %s: line %ld: %s (kgate ledger verify); the table stops before it\n", path, bad,
+                why);
     return bad ? EXIT_GATE : EXIT_PASS;
 }
 
@@ -610,7 +614,7 @@ static int ledger_best(const struct opts *o)
 {
     struct ledger lg;
     ledger_open_read(&lg, o);
-    if (!lg.n) die(EXIT_USAGE, "the ledger %s is empty", shown(lg.path));
+    if (!lg.n) printf("the ledger %s holds no lines: no checkpoint yet\n", shown(lg.path));
     for (size_t i = 0; i < lg.n; i++) {
         const char *kase = lg.line[i].kase;
         int first = 1;

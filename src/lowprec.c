@@ -42,7 +42,9 @@ static int q_one_of2(const struct kcase *c, const char *key, const char *val, co
  * key (or a plain --dtype) it leaves to the caller. */
 static int q_set(struct kcase *c, const char *key, const char *val)
 {
-    if (!val) val = "";
+    static const char *const KEYS[] = { "--dtype", "--scaling", "--mx-rule", "--out", "--fp8" };
+    for (size_t i = 0; i < sizeof KEYS / sizeof *KEYS; i++)
+        if (strcmp(key, KEYS[i]) == 0) case_need(c, key, val);
     if (strcmp(key, "--dtype") == 0) {
         c->qfmt = Q_NONE;
         for (size_t i = 0; i < N_QDTYPES; i++)

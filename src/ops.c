@@ -33,7 +33,7 @@ static void ops_parse_case(struct kcase *c, struct opts *o, int argc, char **arg
         int r = case_set_inputs(c, argv[i], val);
         if (r < 0) r = c->op->set(c, argv[i], val);
         if (r < 0) {
-            if (!allow_global && opts_parse(&(struct opts){ 0 }, argc, argv, i))
+            if (!allow_global && opts_row(argv[i]) >= 0)
                 die(EXIT_USAGE, "%s: %s is a run option, not a case option", c->where, shown(argv[i]));
             die(EXIT_USAGE, "%s: unknown option '%s' for %s", c->where, shown(argv[i]), c->op->name);
         }
@@ -56,7 +56,7 @@ static struct kcase *ops_read_shapes(const char *path, size_t *count)
     char *text = read_file_max(path, SHAPES_MAX_BYTES, &len);
     if (!text && errno == EFBIG)
         die(EXIT_USAGE, "shapes file %s: larger than %u bytes (1 MiB): not a shapes file", shown(path), SHAPES_MAX_BYTES);
-    if (!text) die(EXIT_USAGE, "cannot read shapes file %s: %s", shown(path), strerror(errno));
+    if (!text) die(EXIT_USAGE, "cannot read shapes file %s: %s", shown(path), read_why());
     size_t cap = 16, n = 0;
     struct kcase *cases = xmalloc(cap * sizeof *cases);
     int lineno = 0;

@@ -314,9 +314,6 @@ static const char USAGE[] =
     "                   (default): the OCP MX rule, up: rounded up (NVIDIA, TransformerEngine)\n"
     "  --out bf16|f32   the output (default bf16)\n"
     "  --fp8 ocp|fnuz   the fp8 encoding (default: the device's; OCP on NVIDIA and the CPU)\n"
-    "  --cpu-sums fp32|sm90a   --device cpu: the candidate sums fp8 and MX products in fp32\n"
-    "                   (default), or as sm_90a's tensor cores do (ref.c's model; bit for bit\n"
-    "                   the H200's fp8 outputs on the cases tests.sh records)\n"
     "\n"
     "run options:\n"
     "  --device N|cpu   GPU N (default 0), or cpu: ref.c's candidate runs the same pipeline\n"
@@ -347,7 +344,8 @@ static const char USAGE[] =
     "  --trades-precision TEXT  low precision: waive the 3 dB baseline rule, for this reason\n"
     "  --timeout S      the watchdog: a launch that has not ended after S seconds is hung\n"
     "                   (default: max(10 s, 100 x the case's time at the device's peak; the\n"
-    "                   CPU candidate's at 1 GFLOP/s)); its case is reported hung, the run goes on\n"
+    "                   CPU candidate's at 1 GFLOP/s; at most 86400)); its case is reported hung,\n"
+    "                   the run goes on\n"
     "  --wide           the full table: every gate's column, SNRs, rel-l2, the timer's spread,\n"
     "                   and geometry and timer lines under each timed row\n"
     "  --expect C       a gate: each arm's code object must hold matrix instructions of class C\n"
@@ -359,6 +357,9 @@ static const char USAGE[] =
     "                   (a GPU device only)\n"
     "  --dump DIR       write inputs, outputs and double references as .npy files and a\n"
     "                   manifest (all: DIR/case-NNN) for bench/oracle.py\n"
+    "  --cpu-sums fp32|sm90a   --device cpu, low precision: the candidate sums fp8 and MX\n"
+    "                   products in fp32 (default), or as sm_90a's tensor cores do (ref.c's\n"
+    "                   model; bit for bit the H200's fp8 outputs on the cases tests.sh records)\n"
     "\n"
     "porting (CASE: a case as on the command line, e.g. gemm --shape 2048x2048x2048):\n"
     "  --variant NAME   the candidate's name; with -D or --kernels it makes a candidate arm\n"
@@ -372,9 +373,10 @@ static const char USAGE[] =
     "                   a new one beyond it is refused with exit 4\n"
     "An option may be given once (-D excepted), and only to a command it means something to.\n"
     "\n"
-    "exit: 0 every gate passed (skipped cases: the device lacks their format), 1 a gate failed,\n"
-    "      (diff: 0 equal or within the dtype's precision, 1 different), 2 bad usage or input,\n"
-    "      3 no GPU runtime, 4 budget spent,\n"
+    "exit: 0 every gate passed (skipped cases: the device lacks their format, or the CPU device\n"
+    "        their size), 1 a gate failed (diff: 0 equal or within the dtype's precision,\n"
+    "        1 different; ledger and ledger verify: 1 a line breaks the chain),\n"
+    "      2 bad usage or input, 3 no GPU runtime (or run-time compiler), 4 budget spent,\n"
     "      5 device, kernel or compiler error (a case that faulted or hung: the run goes on,\n"
     "        and 5 outranks 1), 6 a file could not be written (ledger, cache, dump): disk\n"
     "        full or I/O error\n"
@@ -413,19 +415,47 @@ static int usage_end_command(const char *line)
 /* Where a section of options ends: a blank line. */
 static int usage_end_section(const char *line) { return *line == '\n'; }
 
+/* Print the section of USAGE that starts at the line beginning with `head`
+ * (up to a blank line), leaving out each run option's entry (its line
+ * "  --key ..." and the deeper-indented lines under it) that OPT_ROWS says
+ * means nothing to commands of kind `kind`. */
+static void usage_print_section(const char *head, unsigned kind)
+{
+    const char *p = USAGE;
+    size_t hn = strlen(head);
+    while (*p && strncmp(p, head, hn) != 0) p = strchr(p, '\n') ? strchr(p, '\n') + 1 : p + strlen(p);
+    int skip = 0;
+    while (*p && *p != '\n') {
+        size_t n = strcspn(p, "\n");
+        if (p[0] == ' ' && p[1] == ' ' && p[2] == '-') {   /* an entry: its key up to the first space */
+            char key[40];
+            snprintf(key, sizeof key, "%.*s", (int)strcspn(p + 2, " \n"), p + 2);
+            int row = opts_row(key);
+            skip = row >= 0 && !(OPT_ROWS[row].cmds & kind);
+        } else if (p[0] != ' ') {
+            skip = 0;   /* a heading or a note */
+        }
+        if (!skip) printf("%.*s\n", (int)n, p);
+        p += n + (p[n] == '\n');
+    }
+}
+
 /* kgate COMMAND --help: COMMAND's entry of USAGE and the option sections
- * it takes, then the exit codes.  Exit 0, or 2 for an unknown command. */
+ * it takes, each without the run options that mean nothing to it
+ * (usage_print_section), then the exit codes.  Exit 0, or 2 for an unknown
+ * command. */
 static int opts_command_help(const char *cmd)
 {
-    static const struct { const char *cmd, *sections[4]; } TAKES[] = {
-        { "all", { "run options:", "porting" } },
-        { "gemm", { "case options:", "low precision", "run options:", "porting" } },
-        { "grouped", { "case options:", "low precision", "run options:", "porting" } },
-        { "attn", { "case options:", "run options:", "porting" } },
-        { "compare", { "case options:", "low precision", "run options:", "porting" } },
-        { "noise", { "case options:", "low precision", "run options:", "porting" } },
-        { "ledger", { "porting" } }, { "devices", { NULL } }, { "selftest", { "run options:" } },
-        { "isa", { NULL } }, { "codec", { NULL } }, { "diff", { NULL } },
+    static const struct { const char *cmd; unsigned kind; const char *sections[4]; } TAKES[] = {
+        { "all", K_ALL, { "run options:", "porting" } },
+        { "gemm", K_CASE, { "case options:", "low precision", "run options:", "porting" } },
+        { "grouped", K_CASE, { "case options:", "low precision", "run options:", "porting" } },
+        { "attn", K_CASE, { "case options:", "run options:", "porting" } },
+        { "compare", K_COMPARE, { "case options:", "low precision", "run options:", "porting" } },
+        { "noise", K_NOISE, { "case options:", "low precision", "run options:", "porting" } },
+        { "ledger", K_LEDGER, { "porting" } }, { "devices", K_DEVICES, { NULL } },
+        { "selftest", K_SELFTEST, { "run options:", "porting" } }, { "isa", K_ISA, { "run options:", "porting" } },
+        { "codec", 0, { NULL } }, { "diff", K_DIFF, { "run options:" } },
     };
     char head[32];
     for (size_t i = 0; i < sizeof TAKES / sizeof *TAKES; i++) {
@@ -435,7 +465,7 @@ static int opts_command_help(const char *cmd)
         usage_print_from(head, usage_end_command);
         for (int s = 0; s < 4 && TAKES[i].sections[s]; s++) {
             printf("\n");
-            usage_print_from(TAKES[i].sections[s], usage_end_section);
+            usage_print_section(TAKES[i].sections[s], TAKES[i].kind);
         }
         printf("\n");
         usage_print_from("exit:", usage_end_section);
@@ -467,11 +497,9 @@ static void opts_open_device(struct device *d, const struct opts *o)
 {
     memset(d, 0, sizeof *d);
     if (o->device_cpu) {
-        if (o->kernels_path) die(EXIT_USAGE, "--kernels needs a GPU device; --device cpu runs ref.c's candidate");
         cpu_open(d);
         return;
     }
-    if (o->cpu_sums_sm90) die(EXIT_USAGE, "--cpu-sums sm90a is the CPU candidate's arithmetic: it needs --device cpu");
     gpu_open(d, o->device_index);
 }
 

@@ -206,17 +206,34 @@ static void sha256_text(const char *s, size_t n, char out[65])
 
 /* --- files --- */
 
+/* Why the last read_file_max failed when errno cannot say it (a FIFO, a
+ * socket), else NULL; read_why() gives the reason either way. */
+static _Thread_local const char *read_problem;
+static const char *read_why(void) { return read_problem ? read_problem : strerror(errno); }
+
 /* Read a whole file of at most `max` bytes (0: no limit) into a new
  * NUL-terminated string, its length in *len (when len is not NULL; the text
- * may hold NUL bytes).  NULL with errno set if it cannot be read: EISDIR for
- * a directory, EFBIG when it holds more than max bytes (it reads at most
- * max + 1, so /dev/zero is refused quickly), else the error of the read. */
+ * may hold NUL bytes).  NULL with errno set if it cannot be read (the
+ * reason: read_why()): EISDIR for a directory, EINVAL for a FIFO or a socket
+ * (opened without blocking, never read: a FIFO would wait for a writer),
+ * EFBIG when it holds more than max bytes (it reads at most max + 1, so
+ * /dev/zero is refused quickly), else the error of the read. */
 static char *read_file_max(const char *path, size_t max, size_t *len)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
+    read_problem = NULL;
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) return NULL;
     struct stat st;
-    if (fstat(fileno(f), &st) == 0 && S_ISDIR(st.st_mode)) { fclose(f); errno = EISDIR; return NULL; }
+    if (fstat(fd, &st) != 0) { int e = errno; close(fd); errno = e; return NULL; }
+    if (S_ISDIR(st.st_mode)) { close(fd); errno = EISDIR; return NULL; }
+    if (S_ISFIFO(st.st_mode) || S_ISSOCK(st.st_mode)) {
+        close(fd);
+        read_problem = S_ISFIFO(st.st_mode) ? "it is a FIFO, not a regular file" : "it is a socket, not a regular file";
+        errno = EINVAL;
+        return NULL;
+    }
+    FILE *f = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK) == 0 ? fdopen(fd, "rb") : NULL;
+    if (!f) { int e = errno; close(fd); errno = e; return NULL; }
     size_t cap = 1 << 16, n = 0;
     char *buf = xmalloc(cap + 1);
     size_t got;
