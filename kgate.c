@@ -34,6 +34,7 @@
 #include <inttypes.h>
 #include <limits.h>
 #include <math.h>
+#include <poll.h>
 #include <pthread.h>
 #include <setjmp.h>
 #include <signal.h>
@@ -772,11 +773,11 @@ static unsigned command_kind(const char *cmd)
  * --graph or --kernels on the CPU device, --cpu-sums sm90a off it,
  * --trades-precision or --cpu-sums on a case that is not low precision
  * (one: the case of a case command, compare or noise; NULL for other
- * commands); and an environment variable kgate would refuse later
- * (KGATE_REF_PORTABLE, read by ref_fast). */
+ * commands); and, for a command that runs cases, an environment variable
+ * it would refuse later (KGATE_REF_PORTABLE, read by ref_fast). */
 static void check_meaningful(const struct opts *o, const struct kcase *one)
 {
-    (void)ref_fast();
+    if (o->cmd_kind & (K_RUNS | K_SELFTEST)) (void)ref_fast();
     if (o->budget && !o->variant && !o->kernels_path && !o->ndefines)
         die(EXIT_USAGE, "--budget limits the candidate code objects a ledger holds; this run has no candidate "
             "(--variant NAME with -D, or --kernels FILE)");

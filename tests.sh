@@ -774,6 +774,8 @@ bad_usage "negative rtol"           $K gemm --device cpu --shape 8x8x8 --rtol -1
 bad_usage "unknown fault"           $K gemm --device cpu --shape 8x8x8 --inject bogus
 bad_usage "bad device"              $K gemm --device gpu0 --shape 8x8x8
 bad_usage "--kernels on the CPU"    $K gemm --device cpu --shape 8x8x8 --kernels kernels.hip
+bad_usage "isa --kernels /dev/zero (read no further than 16 MiB)" timeout 60 $K isa --arch gfx942 --kernels /dev/zero
+has "$tmp/err" "larger than 16777216 bytes" "--kernels /dev/zero: refused for its size"
 bad_usage "selftest --kernels on the CPU, before its checks" $K selftest --device cpu --kernels kernels.hip
 [ -s "$tmp/out" ] && bad "selftest printed checks before refusing --kernels on the CPU" \
     || ok "selftest refuses --kernels on the CPU before any check"
@@ -782,7 +784,7 @@ KGATE_REF_PORTABLE=2 run $K gemm --device cpu --shape 8x8x8
 [ $rc -eq 2 ] && [ ! -s "$tmp/out" ] && grep -q "KGATE_REF_PORTABLE=2: expected 0 or 1" "$tmp/err" \
     && ok "KGATE_REF_PORTABLE=2 on a bf16 case: refused before any work" || bad "KGATE_REF_PORTABLE=2: exit $rc"
 bad_usage "unreadable shapes file"  $K all --device cpu --shapes "$tmp/none.txt"
-for a in sm_zz sm_ sm_9 gfx9 gfx94x2; do bad_usage "isa --arch $a" $K isa --arch $a; done
+for a in sm_zz sm_ sm_9 gfx9 gfx94x2 gfxabc gfx942:+ gfx942: gfx942:xnack; do bad_usage "isa --arch $a" $K isa --arch $a; done
 bad_usage "isa --arch with target features (as ROCm names a device), a missing --kernels" \
     $K isa --arch gfx942:sramecc+:xnack- --kernels "$tmp/none.hip"
 has "$tmp/err" "cannot read --kernels" "an arch with target features is taken as an arch"
@@ -1637,7 +1639,7 @@ cp "$L" "$tmp/e.ledger" && sed -i '2s/"verdict":"pass"/"verdict":"pasS"/' "$tmp/
 expect 1 "verify: an edited line" $K ledger verify --ledger "$tmp/e.ledger"
 has "$tmp/out" "line 2: its text does not match its line_sha256" "verify names the edited line"
 expect 1 "the table of an edited ledger" $K ledger --ledger "$tmp/e.ledger"
-has "$tmp/err" "line 2: its text does not match its line_sha256 .*the table stops before it" "the table names the edited line"
+has "$tmp/err" "line 2: its text does not match its line_sha256 .*the table stops before line 2" "the table names the edited line"
 [ "$(grep -cE '^ +[0-9]+ ' "$tmp/out")" = 1 ] && ok "the table shows the one line before the edit, not the edited one" \
     || bad "the table of an edited ledger: $(grep -cE '^ +[0-9]+ ' "$tmp/out") rows"
 python3 - "$L" "$tmp/f.ledger" <<'PY'
@@ -1650,6 +1652,10 @@ open(sys.argv[2], "w").write("\n".join(lines) + "\n")
 PY
 expect 1 "verify: an edited line with its own hash recomputed" $K ledger verify --ledger "$tmp/f.ledger"
 has "$tmp/out" "line 3: its prev is not the sha256 of the line before" "the next line's prev catches it"
+expect 1 "the table of a ledger whose edited line has its own hash recomputed" $K ledger --ledger "$tmp/f.ledger"
+[ "$(grep -cE '^ +[0-9]+ ' "$tmp/out")" = 1 ] && ! grep -q "pasS" "$tmp/out" \
+    && ok "the table stops before the line whose link breaks: the edited line 2 is not shown" \
+    || bad "the table of f.ledger: $(grep -cE '^ +[0-9]+ ' "$tmp/out") rows"
 sed '3d' "$L" >"$tmp/g.ledger"
 expect 1 "verify: a removed line" $K ledger verify --ledger "$tmp/g.ledger"
 has "$tmp/out" "line 3: its seq is out of order" "verify names where a line was removed"
@@ -1734,16 +1740,22 @@ done
 mkfifo "$tmp/fifo.ledger"
 expect 2 "ledger verify on a FIFO (does not block)" timeout 20 $K ledger verify --ledger "$tmp/fifo.ledger"
 # Files kgate reads whole (a shapes file, --kernels, a dump's files) are opened without
-# waiting for a writer: a FIFO is refused at once with one line.
+# waiting for a writer: a pipe that gives data is read, a FIFO with no writer is refused
+# after 10 s with one line, not waited on for ever.
+printf 'gemm --dtype bf16 --shape 8x8x8\n' >"$tmp/one.txt"
+run $K all --device cpu --shapes /dev/stdin <"$tmp/one.txt"
+[ $rc -eq 0 ] && ok "all --shapes /dev/stdin (a redirected file)" || bad "--shapes /dev/stdin: exit $rc"
+run bash -c "cat '$tmp/one.txt' | $K all --device cpu --shapes /dev/stdin"
+[ $rc -eq 0 ] && ok "all --shapes /dev/stdin from a pipe" || bad "--shapes /dev/stdin from a pipe: exit $rc"
 mkfifo "$tmp/fifo.in"
-expect 2 "all --shapes on a FIFO (does not block)" timeout 20 $K all --device cpu --shapes "$tmp/fifo.in"
+expect 2 "all --shapes on a FIFO with no writer (does not block)" timeout 30 $K all --device cpu --shapes "$tmp/fifo.in"
 one_line "all --shapes FIFO"
-has "$tmp/err" "cannot read shapes file .*: it is a FIFO, not a regular file" "--shapes FIFO: says what it is"
-expect 2 "isa --kernels on a FIFO (does not block)" timeout 20 $K isa --arch gfx942 --kernels "$tmp/fifo.in"
-has "$tmp/err" "cannot read --kernels .*: it is a FIFO, not a regular file" "--kernels FIFO: says what it is"
+has "$tmp/err" "cannot read shapes file .*: it is a FIFO that gave no data for 10 s" "--shapes FIFO: says what it is"
+expect 2 "isa --kernels on a FIFO with no writer (does not block)" timeout 30 $K isa --arch gfx942 --kernels "$tmp/fifo.in"
+has "$tmp/err" "cannot read --kernels .*: it is a FIFO that gave no data" "--kernels FIFO: says what it is"
 mkdir -p "$tmp/fifodump" && mkfifo "$tmp/fifodump/manifest.json"
-expect 2 "diff with a FIFO for a manifest (does not block)" timeout 20 $K diff "$tmp/fifodump" "$tmp/fifodump"
-has "$tmp/err" "manifest.json: cannot read: it is a FIFO, not a regular file" "diff: says the manifest is a FIFO"
+expect 2 "diff with a FIFO for a manifest (does not block)" timeout 30 $K diff "$tmp/fifodump" "$tmp/fifodump"
+has "$tmp/err" "manifest.json: cannot read: it is a FIFO that gave no data" "diff: says the manifest is a FIFO"
 cp "$L" "$tmp/ro.ledger" && chmod 444 "$tmp/ro.ledger"
 expect 0 "ledger best on a read-only ledger" $K ledger best --ledger "$tmp/ro.ledger"
 : >"$tmp/empty.ledger"

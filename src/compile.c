@@ -533,6 +533,8 @@ static void arm_reference(struct arm *a)
     a->src = kg_embedded_src, a->src_name = "kernels.hip (embedded)";
 }
 
+#define KERNELS_MAX_BYTES (16u << 20)   /* a --kernels file: at most 16 MiB (kernels.hip is about 250 KB) */
+
 /* The arm the options name: a candidate when --variant, -D or --kernels is
  * given (named by --variant, else by the --kernels file), else the
  * reference.  *file owns a --kernels file's text.  Exit 2 on a variant
@@ -551,7 +553,10 @@ static void arm_from_opts(struct arm *a, const struct opts *o, char **file)
         die(EXIT_USAGE, "-D makes a candidate: name it with --variant NAME (the ledger records it)");
     a->candidate = 1, a->diagnostic = o->diagnostic;
     if (o->kernels_path) {
-        *file = read_file(o->kernels_path, NULL);
+        *file = read_file_max(o->kernels_path, KERNELS_MAX_BYTES, NULL);
+        if (!*file && errno == EFBIG)
+            die(EXIT_USAGE, "--kernels %s: larger than %u bytes (16 MiB): not a kernels file", shown(o->kernels_path),
+                KERNELS_MAX_BYTES);
         if (!*file) die(EXIT_USAGE, "cannot read --kernels %s: %s", shown(o->kernels_path), read_why());
         a->src = *file, a->src_name = o->kernels_path;
     }

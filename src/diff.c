@@ -202,12 +202,13 @@ static void diff_open(struct dmp *d, const char *dir)
     size_t len;
     d->text = read_file_max(d->path, 16u << 20, &len);
     if (!d->text) {
-        char first[PATH_MAX + 80];
+        char first[PATH_MAX + 80], why[160];
+        snprintf(why, sizeof why, "%s", read_why());   /* before access() sets errno */
         snprintf(first, sizeof first, "%s/case-001/manifest.json", dir);
         if (access(first, F_OK) == 0)
             die(EXIT_USAGE, "diff: %s is an `all --dump` directory: compare its case-NNN directories one by one",
                 shown(dir));
-        die(EXIT_USAGE, "diff: %s: cannot read: %s (not a --dump directory?)", shown(d->path), read_why());
+        die(EXIT_USAGE, "diff: %s: cannot read: %s (not a --dump directory?)", shown(d->path), why);
     }
     if (strlen(d->text) != len) die(EXIT_USAGE, "diff: %s: not a kgate manifest (a NUL byte)", shown(d->path));
     d->j = (struct jparse){ .p = d->text, .start = d->text, .path = d->path };

@@ -454,9 +454,10 @@ static void isa_print(const struct isa_list *l)
  * instructions and resources when a disassembler is found.  --expect: exit
  * 1 unless a kernel holds that class, and always when nothing can count. */
 /* Whether --arch names a target as written: sm_ and two or three digits,
- * then optionally a or f (sm_90a, sm_100f); or gfx and three or four hex
- * digits (gfx942, gfx90a, gfx1100), then optionally target features
- * (gfx942:sramecc+:xnack-, as ROCm names a device). */
+ * then optionally a or f (sm_90a, sm_100f); or gfx, a digit and two or
+ * three more hex digits (gfx942, gfx90a, gfx1100), then optionally target
+ * features, each a colon, a lowercase name and + or - (gfx942:sramecc+:xnack-,
+ * as ROCm names a device). */
 static int isa_arch_ok(const char *arch)
 {
     size_t n = strlen(arch);
@@ -464,9 +465,15 @@ static int isa_arch_ok(const char *arch)
         size_t d = strspn(arch + 3, "0123456789");
         return (d == 2 || d == 3) && (n == 3 + d || (n == 4 + d && (arch[n - 1] == 'a' || arch[n - 1] == 'f')));
     }
-    size_t h = strncmp(arch, "gfx", 3) == 0 ? strspn(arch + 3, "0123456789abcdef") : 0, end = 3 + h;
-    return (h == 3 || h == 4) &&
-           (end == n || (arch[end] == ':' && strspn(arch + end, ":+-abcdefghijklmnopqrstuvwxyz0123456789") == n - end));
+    if (strncmp(arch, "gfx", 3) != 0 || !isdigit((unsigned char)arch[3])) return 0;
+    size_t h = strspn(arch + 3, "0123456789abcdef");
+    if (h != 3 && h != 4) return 0;
+    for (const char *p = arch + 3 + h; *p;) {   /* the features */
+        size_t name = p[0] == ':' ? strspn(p + 1, "abcdefghijklmnopqrstuvwxyz0123456789") : 0;
+        if (name == 0 || (p[1 + name] != '+' && p[1 + name] != '-')) return 0;
+        p += name + 2;
+    }
+    return 1;
 }
 
 static int cmd_isa(const struct opts *o, const char *sub)

@@ -122,6 +122,12 @@ static void ledger_add(struct ledger *lg, const char *text)
 /* The ledger file: what `kgate` means by "the ledger" for options o. */
 static const char *ledger_path(const struct opts *o) { return o->ledger_path ? o->ledger_path : LEDGER_DEFAULT; }
 
+/* A break of the chain at the link to the line before: that line may be
+ * the edited one (its own line_sha256 recomputed), so the table stops
+ * before it too (ledger_table). */
+static const char LEDGER_PREV_BROKEN[] =
+    "its prev is not the sha256 of the line before (that line was edited, removed or reordered)";
+
 /* Check one ledger line (without its newline) against the chain: its seq,
  * the hash of the line before (prev_sha), and its own line_sha256.  NULL
  * if it holds, else what is wrong. */
@@ -134,7 +140,7 @@ static const char *ledger_line_problem(const char *line, long seq, const char *p
     if (isnan(at) || at != (double)seq)
         return "its seq is out of order (a line before it was removed, or lines were reordered)";
     if (ledger_field(line, "prev", prev, sizeof prev) != 0 || strcmp(prev, prev_sha) != 0)
-        return "its prev is not the sha256 of the line before (that line was edited, removed or reordered)";
+        return LEDGER_PREV_BROKEN;
     const char *m = strstr(line, marker);
     size_t len = strlen(line);
     if (!m || len < 2 || strcmp(line + len - 2, "\"}") != 0 || (size_t)(line + len - m) != sizeof marker - 1 + 64 + 2)
@@ -564,8 +570,10 @@ static void cell_num(char *buf, size_t n, const char *line, const char *key, con
 
 /* kgate ledger: every whole line as a table row, with the path its
  * launches took (a line from before --graph: eager) and the budget count;
- * when the chain does not verify, the rows before the line that breaks it
- * alone (no edited value is shown), then exit 1 naming that line. */
+ * when the chain does not verify, only the rows before the line that
+ * breaks it (and before the line before that, when the break is their
+ * link: LEDGER_PREV_BROKEN), so that no edited value is shown, then exit 1
+ * naming the line. */
 static int ledger_table(const char *path)
 {
     size_t len = 0;
@@ -576,10 +584,10 @@ static int ledger_table(const char *path)
     long lines = 0, bad = ledger_walk(text, len, NULL, &why, &lines, (char[65]){ 0 });
     printf("%5s %-20s %-40s %-14s %-10s %-12s %-7s %-5s %11s %7s %7s %-7s %6s\n", "line", "time (UTC)", "case",
            "arm", "role", "code object", "verdict", "path", "median-us", "ratio", "band-%", "compare", "budget");
-    long ln = 0;
+    long ln = 0, stop = bad && why == LEDGER_PREV_BROKEN ? bad - 1 : bad;   /* the first row not shown */
     for (char *p = text, *nl; *p; p = nl + 1) {
         nl = strchr(p, '\n');
-        if (!nl || (bad && ++ln >= bad)) break;
+        if (!nl || (bad && ++ln >= stop)) break;
         *nl = 0;
         char when[32] = "", kase[256] = "", arm[64] = "", role[16] = "", sha[65] = "", verdict[16] = "",
              cmp[16] = "-", med[32], ratio[32], band[32], used[16] = "?", budget[16] = "?", path[16] = "eager";
@@ -604,8 +612,8 @@ static int ledger_table(const char *path)
     }
     free(text);
     if (bad)
-        fprintf(stderr, "kgate: ledger %s: line %ld: %s (kgate ledger verify); the table stops before it\n", path, bad,
-                why);
+        fprintf(stderr, "kgate: ledger %s: line %ld: %s (kgate ledger verify); the table stops before line %ld\n",
+                path, bad, why, stop);
     return bad ? EXIT_GATE : EXIT_PASS;
 }
 

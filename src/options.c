@@ -325,6 +325,8 @@ static const char USAGE[] =
     "  --kernels FILE   compile FILE instead of the embedded kernels.hip (same entry points;\n"
     "                   a GPU device only: the CPU device always runs ref.c's candidate)\n"
     "  --seed N         input seed, 0..2^64-1 (default 42; printed)\n"
+    "  --seeds N        run each case on seeds --seed .. +N-1 (1..1000; the first gated and\n"
+    "                   timed, the others gated) and count the seeds each passed\n"
     "  --repeat N       run each case N times on the same inputs (1..1000): outputs must be\n"
     "                   bitwise equal, or, for kernels that declare atomics, pass every gate\n"
     "  --full           check every element (default: all up to 2^31 multiply-adds per output,\n"
@@ -415,11 +417,35 @@ static int usage_end_command(const char *line)
 /* Where a section of options ends: a blank line. */
 static int usage_end_section(const char *line) { return *line == '\n'; }
 
+/* The help entries whose commands OPT_ROWS cannot say: an option's value
+ * that fewer commands take (a device list), or an option of low-precision
+ * cases, which attn never is.  cmds: the commands that show the entry. */
+static const struct { const char *entry, *cmds; } HELP_WHERE[] = {
+    { "--device all|LIST ", " all gemm grouped attn " },
+    { "--trades-precision ", " all gemm grouped compare noise " },
+    { "--cpu-sums ", " all gemm grouped " },
+};
+
+/* Whether USAGE's option entry at line p (after its two spaces) is shown to
+ * command cmd of kind `kind`: HELP_WHERE's row for it, else OPT_ROWS's. */
+static int usage_entry_shown(const char *p, const char *cmd, unsigned kind)
+{
+    char key[40], word[40];
+    for (size_t i = 0; i < sizeof HELP_WHERE / sizeof *HELP_WHERE; i++)
+        if (strncmp(p, HELP_WHERE[i].entry, strlen(HELP_WHERE[i].entry)) == 0) {
+            snprintf(word, sizeof word, " %s ", cmd);
+            return strstr(HELP_WHERE[i].cmds, word) != NULL;
+        }
+    snprintf(key, sizeof key, "%.*s", (int)strcspn(p, " \n"), p);
+    int row = opts_row(key);
+    return row < 0 || (OPT_ROWS[row].cmds & kind);
+}
+
 /* Print the section of USAGE that starts at the line beginning with `head`
- * (up to a blank line), leaving out each run option's entry (its line
- * "  --key ..." and the deeper-indented lines under it) that OPT_ROWS says
- * means nothing to commands of kind `kind`. */
-static void usage_print_section(const char *head, unsigned kind)
+ * (up to a blank line), leaving out each option entry (its line "  --key
+ * ..." and the deeper-indented lines under it) that means nothing to
+ * command cmd of kind `kind` (usage_entry_shown). */
+static void usage_print_section(const char *head, const char *cmd, unsigned kind)
 {
     const char *p = USAGE;
     size_t hn = strlen(head);
@@ -427,11 +453,8 @@ static void usage_print_section(const char *head, unsigned kind)
     int skip = 0;
     while (*p && *p != '\n') {
         size_t n = strcspn(p, "\n");
-        if (p[0] == ' ' && p[1] == ' ' && p[2] == '-') {   /* an entry: its key up to the first space */
-            char key[40];
-            snprintf(key, sizeof key, "%.*s", (int)strcspn(p + 2, " \n"), p + 2);
-            int row = opts_row(key);
-            skip = row >= 0 && !(OPT_ROWS[row].cmds & kind);
+        if (p[0] == ' ' && p[1] == ' ' && p[2] == '-') {   /* an entry */
+            skip = !usage_entry_shown(p + 2, cmd, kind);
         } else if (p[0] != ' ') {
             skip = 0;   /* a heading or a note */
         }
@@ -465,7 +488,7 @@ static int opts_command_help(const char *cmd)
         usage_print_from(head, usage_end_command);
         for (int s = 0; s < 4 && TAKES[i].sections[s]; s++) {
             printf("\n");
-            usage_print_section(TAKES[i].sections[s], TAKES[i].kind);
+            usage_print_section(TAKES[i].sections[s], cmd, TAKES[i].kind);
         }
         printf("\n");
         usage_print_from("exit:", usage_end_section);

@@ -206,18 +206,23 @@ static void sha256_text(const char *s, size_t n, char out[65])
 
 /* --- files --- */
 
-/* Why the last read_file_max failed when errno cannot say it (a FIFO, a
- * socket), else NULL; read_why() gives the reason either way. */
+/* Why the last read_file_max failed when errno cannot say it (a FIFO that
+ * gave nothing), else NULL; read_why() gives the reason either way. */
 static _Thread_local const char *read_problem;
 static const char *read_why(void) { return read_problem ? read_problem : strerror(errno); }
+
+#define FIFO_WAIT_S 10   /* how long read_file_max waits for a FIFO's first byte or its writer's close */
+#define FIFO_STR_(x) #x
+#define FIFO_STR(x) FIFO_STR_(x)
 
 /* Read a whole file of at most `max` bytes (0: no limit) into a new
  * NUL-terminated string, its length in *len (when len is not NULL; the text
  * may hold NUL bytes).  NULL with errno set if it cannot be read (the
- * reason: read_why()): EISDIR for a directory, EINVAL for a FIFO or a socket
- * (opened without blocking, never read: a FIFO would wait for a writer),
- * EFBIG when it holds more than max bytes (it reads at most max + 1, so
- * /dev/zero is refused quickly), else the error of the read. */
+ * reason: read_why()): EISDIR for a directory, ETIMEDOUT for a FIFO (a
+ * pipe, /dev/stdin, <(...)) that neither gave a byte nor was closed within
+ * FIFO_WAIT_S seconds (it is opened without blocking, so one with no writer never
+ * holds kgate), EFBIG when it holds more than max bytes (it reads at most
+ * max + 1, so /dev/zero is refused quickly), else the error of the read. */
 static char *read_file_max(const char *path, size_t max, size_t *len)
 {
     read_problem = NULL;
@@ -226,10 +231,11 @@ static char *read_file_max(const char *path, size_t max, size_t *len)
     struct stat st;
     if (fstat(fd, &st) != 0) { int e = errno; close(fd); errno = e; return NULL; }
     if (S_ISDIR(st.st_mode)) { close(fd); errno = EISDIR; return NULL; }
-    if (S_ISFIFO(st.st_mode) || S_ISSOCK(st.st_mode)) {
+    struct pollfd pf = { fd, POLLIN, 0 };
+    if (S_ISFIFO(st.st_mode) && poll(&pf, 1, FIFO_WAIT_S * 1000) <= 0) {
         close(fd);
-        read_problem = S_ISFIFO(st.st_mode) ? "it is a FIFO, not a regular file" : "it is a socket, not a regular file";
-        errno = EINVAL;
+        read_problem = "it is a FIFO that gave no data for " FIFO_STR(FIFO_WAIT_S) " s (no writer?)";
+        errno = ETIMEDOUT;
         return NULL;
     }
     FILE *f = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK) == 0 ? fdopen(fd, "rb") : NULL;
