@@ -721,6 +721,7 @@ expect 0 "tighter --atol needs no --why" $K gemm --device cpu --shape 64x64x64 -
 expect 1 "nontrivial: atol so large the reference is below it" $K gemm --device cpu --shape 64x64x64 \
     --atol 100 --rtol 0 --why "test"
 has "$tmp/out" "FAIL nontrivial" "the nontrivial gate fires"
+has "$tmp/out" "the case's doing, not the kernel's: an --atol below [0-9.]+" "nontrivial says the case is at fault, and the atol that judges it"
 
 echo "== bad input: one clear line, exit 2 (3 with no runtime)"
 bad_usage() { expect 2 "$1" "${@:2}"; one_line "$1"; }

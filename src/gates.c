@@ -395,6 +395,20 @@ static void gate_written(const struct stats *s, const struct gate_in *g, struct 
              g->unwritten, g->o->rows * g->o->cols);
 }
 
+/* nontrivial's detail for uniform and normal inputs (need: 10 x atol): the
+ * measure and, when it fails on nonzero inputs, that the case is at fault,
+ * not the kernel, and the atol at which kgate could judge it. */
+static void gate_nontrivial_rms(const struct stats *s, const struct gate_in *g, struct verdict *v, double need)
+{
+    char hint[200] = "";
+    if (!v->pass && g->inputs_nonzero && s->n_nz > 0)
+        snprintf(hint, sizeof hint, " (the case's doing, not the kernel's: an --atol below %.2g, or other --inputs, "
+                 "make it a case kgate can judge)", s->rms_ref / NONTRIVIAL_FACTOR);
+    snprintf(v->detail, sizeof v->detail, "reference rms %.4g (over its %zu nonzero checked elements) must exceed "
+             "%g x atol = %.4g%s, or a kernel returning zeros could pass%s", s->rms_ref, s->n_nz, NONTRIVIAL_FACTOR,
+             need, g->inputs_nonzero ? "" : " and inputs must be nonzero", hint);
+}
+
 /* nontrivial: a kernel returning zeros would fail by a wide margin, and no
  * input is all zero.  Uniform and normal inputs (every element of a similar
  * size): the reference's rms over its nonzero checked elements exceeds
@@ -421,9 +435,7 @@ static void gate_nontrivial(const struct stats *s, const struct gate_in *g, stru
                  "limit %.4g%s, or a kernel returning zeros could pass", s->max_ref, NONTRIVIAL_FACTOR, same_limit,
                  g->inputs_nonzero ? "" : ", and inputs must be nonzero");
     else
-        snprintf(v->detail, sizeof v->detail, "reference rms %.4g (over its %zu nonzero checked elements) must exceed "
-                 "%g x atol = %.4g%s, or a kernel returning zeros could pass", s->rms_ref, s->n_nz,
-                 NONTRIVIAL_FACTOR, need, g->inputs_nonzero ? "" : " and inputs must be nonzero");
+        gate_nontrivial_rms(s, g, v, need);
 }
 
 #define SIXTEEN_ONLY "applies to 16-bit outputs (f16, bf16)"
