@@ -390,14 +390,21 @@ static const char USAGE[] =
     "      KGATE_NVRTC, KGATE_HIPRTC, KGATE_CUDA, KGATE_HIP (library paths),\n"
     "      KGATE_COMPILE_TIMEOUT (seconds, 1..86400, default 600)\n";
 
+/* The line of USAGE that begins with `head`, or the empty end of USAGE. */
+static const char *usage_find(const char *head)
+{
+    const char *p = USAGE;
+    size_t hn = strlen(head);
+    while (*p && strncmp(p, head, hn) != 0) p = strchr(p, '\n') ? strchr(p, '\n') + 1 : p + strlen(p);
+    return p;
+}
+
 /* Print the part of USAGE that starts at the line beginning with `head`
  * and ends before the first line for which `end` says so; 0 if there is no
  * such line. */
 static int usage_print_from(const char *head, int (*end)(const char *line))
 {
-    const char *p = USAGE;
-    size_t hn = strlen(head);
-    while (*p && !(strncmp(p, head, hn) == 0)) p = strchr(p, '\n') ? strchr(p, '\n') + 1 : p + strlen(p);
+    const char *p = usage_find(head);
     if (!*p) return 0;
     do {
         size_t n = strcspn(p, "\n");
@@ -447,9 +454,7 @@ static int usage_entry_shown(const char *p, const char *cmd, unsigned kind)
  * command cmd of kind `kind` (usage_entry_shown). */
 static void usage_print_section(const char *head, const char *cmd, unsigned kind)
 {
-    const char *p = USAGE;
-    size_t hn = strlen(head);
-    while (*p && strncmp(p, head, hn) != 0) p = strchr(p, '\n') ? strchr(p, '\n') + 1 : p + strlen(p);
+    const char *p = usage_find(head);
     int skip = 0;
     while (*p && *p != '\n') {
         size_t n = strcspn(p, "\n");
