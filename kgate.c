@@ -131,6 +131,19 @@ static int launch_all(struct run *r)
     return r->d->launched_atomics;
 }
 
+/* Test hook (the CPU device, KGATE_TEST_ATOMICS=unwritten): a repeated
+ * run leaves output k's middle element as poisoned, as a racy kernel that
+ * declares atomics might, so that tests.sh can show such runs are gated. */
+static void test_atomics_unwritten(const struct run *r, int k, unsigned char *raw)
+{
+    const char *e = getenv("KGATE_TEST_ATOMICS");
+    if (r->d->kind != DEV_CPU || !e || strcmp(e, "unwritten") != 0) return;
+    const struct output *o = &r->out[k];
+    size_t es = DTYPES[o->dt].bytes;
+    int64_t at = (int64_t)(o->rows / 2) * o->srow + (int64_t)(o->cols / 2) * o->scol;
+    memset(raw + o->guard + (size_t)at * es, 0xff, es);
+}
+
 /* Runs 2..n of a case on the same inputs: each output compared bit for bit
  * with run 1 (raw1), or, when the kernels declare atomics, gated. */
 static void repeat_runs(struct run *r, struct result *res, unsigned char **raw1, int n)
@@ -146,6 +159,7 @@ static void repeat_runs(struct run *r, struct result *res, unsigned char **raw1,
             if (inj && run == 2) inj->apply(&ix);
             rep->atomics |= atomics;
             if (atomics) {
+                test_atomics_unwritten(r, k, raw);
                 gate_output(r, k, &res[k], raw, "repeated run");
                 if (!res[k].pass && !rep->gated_fail_run) rep->gated_fail_run = run;
             } else if (!rep->diff_run && gate_first_difference(&r->out[k], raw1[k], raw, rep)) {
@@ -392,7 +406,7 @@ static int run_arms(const struct kcase *c, struct device *d, const struct opts *
     FILE *progress = o->quiet ? NULL : stderr;
     if (progress) fprintf(progress, "[%d/%d] %s (%s): inputs\n", idx, total, c->label, c->where);
     c->op->prepare(&r);
-    worker_limit(launch_limit(&r));
+    worker_limit(launch_limit(&r), o->timeout > 0);
     int have_refs = 0, pass = 1, repeat = o->repeat > 1 ? o->repeat : 1;
     for (int a = 0; a < narms; a++) {
         have_refs |= !ac[a].cached;
@@ -412,7 +426,7 @@ static int run_arms(const struct kcase *c, struct device *d, const struct opts *
         }
         pass &= ac[a].pass;
     }
-    if (o->dump_dir) dump_case(&r, ac[0].res, idx);
+    if (o->dump_dir) dump_case(&r, ac[0].res, idx), tl->dumped++;
     if (pass && rd) {
         pass = time_rounds(&r, ac, narms, rd, have_refs, idx, total, progress);
     } else if (pass && !o->untimed) {
@@ -467,7 +481,7 @@ static void cases_check(const struct kcase *cases, size_t n, const struct opts *
     const struct inject *inj = o->inject ? inject_find(o->inject) : NULL;
     for (size_t i = 0; i < n; i++) {
         const struct kcase *c = &cases[i];
-        gate_check_tolerance(o, c->dt, c->where);
+        gate_check_tolerance(o, c);
         if (inj && inj->unfit && inj->unfit(c))
             die(EXIT_USAGE, "%s: --inject %s %s; %s is not", c->where, inj->name, inj->unfit(c), c->label);
     }
@@ -558,10 +572,12 @@ static int cmd_run(struct kcase *cases, size_t n, const struct opts *o)
     double t0 = now_s();
     int seeds = o->seeds > 1 ? o->seeds : 1, failed = 0, lost = 0;
     cases_check(cases, n, o);
-    size_t bytes = sizeof(struct tally) + n * (2 * sizeof(int) + sizeof(uint64_t));
+    dump_prepare(o);   /* before any work */
+    const size_t head = (sizeof(struct tally) + 7) / 8 * 8;   /* first_fail's uint64_t aligned after it */
+    size_t bytes = head + n * (2 * sizeof(int) + sizeof(uint64_t));
     char *sh = shared_alloc(bytes);
     struct run_job j = { .cases = cases, .n = n, .tl = (struct tally *)(void *)sh };
-    j.first_fail = (uint64_t *)(void *)(sh + sizeof(struct tally));
+    j.first_fail = (uint64_t *)(void *)(sh + head);
     j.passed = (int *)(void *)(j.first_fail + n), j.skipped = j.passed + n;
     report_width(cases, n);
     for (int s = 0; s < seeds; s++) {
@@ -578,6 +594,7 @@ static int cmd_run(struct kcase *cases, size_t n, const struct opts *o)
         failed |= j.tl->cases_failed > 0, lost |= j.tl->faulted + j.tl->hung > 0;
     }
     if (o->seeds > 1) failed = report_seeds(cases, n, o, j.passed, j.first_fail, j.skipped) > 0;
+    dump_report(o, j.tl->dumped, j.tl->cases);
     shared_free(sh, bytes);
     free(j.lost);
     return lost ? EXIT_DEVICE : failed ? EXIT_GATE : EXIT_PASS;
@@ -723,8 +740,8 @@ static const char *default_shapes(void)
 }
 
 /* kgate all: every case of a shapes file (--shapes, default shapes.txt in
- * the current directory, else beside the binary).  --trades-precision
- * needs a low-precision case among them (exit 2). */
+ * the current directory, else beside the binary).  --trades-precision and
+ * --cpu-sums need a low-precision case among them (exit 2). */
 static int cmd_all(const struct opts *o, const char *sub)
 {
     (void)sub;
@@ -734,6 +751,9 @@ static int cmd_all(const struct opts *o, const char *sub)
     for (size_t i = 0; i < n; i++) lowp |= cases[i].qfmt != Q_NONE;
     if (o->trades_precision && !lowp)
         die(EXIT_USAGE, "--trades-precision waives the low-precision SNR baseline rule; no case of the shapes file "
+            "is low precision");
+    if ((o->seen >> opts_row("--cpu-sums") & 1) && !lowp)
+        die(EXIT_USAGE, "--cpu-sums sets how the CPU candidate sums fp8 and MX products; no case of the shapes file "
             "is low precision");
     int rc = cmd_run(cases, n, o);
     for (size_t i = 0; i < n; i++) case_free(&cases[i]);
@@ -847,7 +867,6 @@ int main(int argc, char **argv)
         return node_run(&o, argc, argv);
     }
     if (o.seeds > 1 && o.dump_dir) die(EXIT_USAGE, "--dump writes one seed's case: give --seed S, not --seeds N");
-    if (o.dump_dir) usable_dir(o.dump_dir, "--dump");   /* before any work */
     int all_repeat = o.device_cpu ? DEFAULT_REPEAT_ALL_CPU : DEFAULT_REPEAT_ALL_GPU;
     inject_check(&o, !op && strcmp(cmd, "all") == 0 ? all_repeat : 1);
     if (op) {

@@ -196,7 +196,7 @@ static int cache_lookup(const char *ident, const char *src, const char *const *o
     const char *from, *dir = cache_dir(&from);
     char what[96];
     snprintf(what, sizeof what, "the code-object cache (%s)", from);
-    usable_dir(dir, what);
+    usable_dir(dir, what, NULL);
     compile_timeout();
     if (snprintf(co->bin_path, sizeof co->bin_path, "%s/%s.bin", dir, co->key) >= PATH_MAX ||
         snprintf(co->log_path, sizeof co->log_path, "%s/%s.log", dir, co->key) >= PATH_MAX ||

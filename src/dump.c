@@ -112,7 +112,7 @@ static void dump_case(const struct run *r, const struct result *res, int idx)
     char dir[PATH_MAX];
     if (strcmp(r->o->command, "all") == 0) snprintf(dir, sizeof dir, "%s/case-%03d", r->o->dump_dir, idx);
     else snprintf(dir, sizeof dir, "%s", r->o->dump_dir);
-    if (mkdir_p(dir) != 0) die(EXIT_IO, "--dump: cannot create %s: %s", shown(dir), strerror(errno));
+    if (mkdir_p(dir, NULL) != 0) die(EXIT_IO, "--dump: cannot create %s: %s", shown(dir), strerror(errno));
     char *text = NULL;
     size_t len = 0;
     FILE *m = open_memstream(&text, &len);
@@ -140,4 +140,43 @@ static void dump_case(const struct run *r, const struct result *res, int idx)
     if (write_file_atomic(dump_path(dir, "manifest.json"), text, len) != 0)
         die(EXIT_IO, "--dump: cannot write %s/manifest.json: %s", shown(dir), strerror(errno));
     free(text);
+}
+
+/* The directories --dump's DIR needed made, and the process that made
+ * them (a worker's exit leaves them alone). */
+static struct made_dirs dump_made;
+static pid_t dump_owner;
+
+/* At the exit of the process that made --dump's directories: remove those
+ * left empty (the run stopped before a case wrote into them). */
+static void dump_unmake(void)
+{
+    if (getpid() == dump_owner) made_dirs_remove(&dump_made);
+}
+
+/* Before any case runs: make --dump's DIR (exit 2 if it cannot be used),
+ * remembering what was made, so that a run that writes nothing there
+ * leaves no new directory behind. */
+static void dump_prepare(const struct opts *o)
+{
+    if (!o->dump_dir) return;
+    usable_dir(o->dump_dir, "--dump", &dump_made);
+    dump_owner = getpid();
+    atexit(dump_unmake);
+}
+
+/* After the cases: say on stderr when `written` of the `cases` cases were
+ * dumped and not all (the others skipped, or their worker died before the
+ * gates), and when none was, remove what dump_prepare made. */
+static void dump_report(const struct opts *o, int written, int cases)
+{
+    if (!o->dump_dir || written >= cases) return;
+    if (written) {
+        fprintf(stderr, "kgate: --dump %s: %d of %d cases written (the rest skipped or lost)\n",
+                shown(o->dump_dir), written, cases);
+        return;
+    }
+    int removed = made_dirs_remove(&dump_made);
+    fprintf(stderr, "kgate: --dump %s: nothing written: no case reached its gates (skipped or lost)%s\n",
+            shown(o->dump_dir), removed ? "; the directories this run made are removed" : "");
 }

@@ -828,13 +828,17 @@ static double gate_atol(const struct run *r, int o, const struct result *res)
     return fmax(atol, refs_max_err(pl, p, f, f->lp_r, f->lp_c));
 }
 
-/* Exit 2 if --rtol/--atol loosen dtype t's defaults without --why. */
-static void gate_check_tolerance(const struct opts *o, enum dtype t, const char *label)
+/* Exit 2 if --rtol/--atol loosen case c's dtype defaults without --why.
+ * The options are the command line's; a case from a shapes file is named
+ * after them as the one they loosen. */
+static void gate_check_tolerance(const struct opts *o, const struct kcase *c)
 {
-    int looser = o->rtol > DTYPES[t].rtol || o->atol > DTYPES[t].atol;
-    if (looser && !o->why)
-        die(EXIT_USAGE, "%s: --rtol/--atol looser than the %s defaults (rtol %g, atol %g) need "
-            "--why \"reason\"", label, DTYPES[t].name, DTYPES[t].rtol, DTYPES[t].atol);
+    const struct dtype_info *t = &DTYPES[c->dt];
+    if ((o->rtol <= t->rtol && o->atol <= t->atol) || o->why) return;
+    char which[sizeof c->where + sizeof c->label + 8] = "";
+    if (strcmp(c->where, "command line") != 0) snprintf(which, sizeof which, " (%s: %s)", c->where, c->label);
+    die(EXIT_USAGE, "command line: --rtol/--atol looser than the %s defaults (rtol %g, atol %g) need --why \"reason\"%s",
+        t->name, t->rtol, t->atol, which);
 }
 
 /* Output o's storage with its guard bands, as the device holds it (caller

@@ -262,7 +262,7 @@ static void ledger_open(struct ledger *lg, const struct opts *o)
     char dir[PATH_MAX];
     if (snprintf(dir, sizeof dir, "%s.objects", lg->path) >= (int)sizeof dir)
         die(EXIT_USAGE, "the ledger path %s is too long", shown(lg->path));
-    usable_dir(dir, "the ledger's objects directory");
+    usable_dir(dir, "the ledger's objects directory", NULL);
     int fd = open(lg->path, O_WRONLY | O_APPEND | O_CREAT | O_NONBLOCK, 0644);
     if (fd < 0) die(EXIT_USAGE, "cannot write the ledger %s: %s", shown(lg->path), strerror(errno));
     close(fd);
@@ -460,7 +460,7 @@ static void ledger_keep_log(const struct ledger *lg, const struct device *d, con
     snprintf(dir, sizeof dir, "%s.objects", lg->path);
     snprintf(path, sizeof path, "%s/%s.txt", dir, a->code.sha);
     if (access(path, F_OK) == 0) return;
-    if (mkdir_p(dir) != 0) die(EXIT_IO, "cannot create %s: %s", shown(dir), strerror(errno));
+    if (mkdir_p(dir, NULL) != 0) die(EXIT_IO, "cannot create %s: %s", shown(dir), strerror(errno));
     char *log = d->kind == DEV_GPU ? read_file(a->code.log_path, NULL) : NULL;
     char *text = NULL;
     size_t len = 0;

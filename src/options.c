@@ -310,13 +310,15 @@ static const char USAGE[] =
     "low precision (gemm and grouped; layout NT, forward; gated by SNR, README):\n"
     "  --dtype e4m3|e5m2 [--scaling tensor|row|block]   fp8, fp32 scales (default tensor; block:\n"
     "                   A 1x128, B 128x128)\n"
-    "  --dtype mxfp8|mxfp8e5m2|mxfp4 [--mx-rule spec|up]   MX: blocks of 32, E8M0 scales; spec\n"
-    "                   (default): the OCP MX rule, up: rounded up (NVIDIA, TransformerEngine)\n"
+    "  --dtype mxfp8|mxfp8e5m2|mxfp4 [--mx-rule spec|up]   MX: blocks of 32, E8M0 scales (their\n"
+    "                   one --scaling, mx); spec (default): the OCP MX rule, up: rounded up\n"
+    "                   (NVIDIA, TransformerEngine)\n"
     "  --out bf16|f32   the output (default bf16)\n"
     "  --fp8 ocp|fnuz   the fp8 encoding (default: the device's; OCP on NVIDIA and the CPU)\n"
     "\n"
     "run options:\n"
     "  --device N|cpu   GPU N (default 0), or cpu: ref.c's candidate runs the same pipeline\n"
+    "  --device N       isa: GPU N's arch is the default --arch (default 0; a GPU only)\n"
     "  --device all|LIST  every GPU, or a list (0,3,5; cpu,cpu; 0,cpu; an entry may repeat):\n"
     "                   all and the case commands run each entry in its own kgate, all at once,\n"
     "                   then compare the entries of one model: each output's SHA-256 against\n"
@@ -424,10 +426,14 @@ static int usage_end_command(const char *line)
 /* Where a section of options ends: a blank line. */
 static int usage_end_section(const char *line) { return *line == '\n'; }
 
-/* The help entries whose commands OPT_ROWS cannot say: an option's value
- * that fewer commands take (a device list), or an option of low-precision
- * cases, which attn never is.  cmds: the commands that show the entry. */
+/* The help entries whose commands OPT_ROWS cannot say: an option whose
+ * entries differ by command (--device: isa's is a GPU alone; a device list
+ * is for all and the case commands), or an option of low-precision cases,
+ * which attn never is.  cmds: the commands that show the entry (a new
+ * command that takes --device goes in the first row too). */
 static const struct { const char *entry, *cmds; } HELP_WHERE[] = {
+    { "--device N|cpu ", " all gemm grouped attn compare noise selftest " },
+    { "--device N ", " isa " },
     { "--device all|LIST ", " all gemm grouped attn " },
     { "--trades-precision ", " all gemm grouped compare noise " },
     { "--cpu-sums ", " all gemm grouped " },

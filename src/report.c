@@ -4,7 +4,7 @@
  * lowprec.c. */
 
 /* Tallies of a whole command, for the last line and the exit code. */
-struct tally { int cases, cases_failed, cases_skipped, outputs, outputs_failed, isa_failed, faulted, hung; };
+struct tally { int cases, cases_failed, cases_skipped, outputs, outputs_failed, isa_failed, faulted, hung, dumped; };
 
 /* Output o's rate from its timed median: TFLOP/s and % of the device's
  * peak (pct_peak < 0: not known). */
@@ -24,6 +24,8 @@ static void print_machine(FILE *f, const struct device *d)
     if (d->kind == DEV_CPU) {
         fprintf(f, "  %-12s cpu (ref.c candidate on %d threads; not a GPU kernel)\n", "arch:",
                 d->attr[AT_SMS]);
+        fprintf(f, "  %-12s ref.c's %s build of the quantized products\n", "references:",
+                ref_fast() ? "AVX2+FMA" : "portable");
     } else {
         fprintf(f, "  %-12s %s (%s %d.%d)\n", "arch:", d->arch, PF_NAME[d->pf],
                 d->attr[AT_CC_MAJOR], d->attr[AT_CC_MINOR]);

@@ -13,6 +13,7 @@ struct watch {
     _Atomic int current;          /* the task it is on; -1 between tasks */
     _Atomic long long deadline_ms; /* CLOCK_MONOTONIC ms by which its launches must end; 0: none outstanding */
     double limit_s;               /* the current task's per-launch limit (the worker's own copy) */
+    int limit_given;              /* 1: limit_s is --timeout's; 0: the case's default */
     double started;               /* when the worker was forked (now_s) */
     int first;                    /* the first task it runs (> 0: it replaces a lost worker) */
     char label[160];              /* the current task's case */
@@ -285,27 +286,55 @@ static const char *file_kind(mode_t mode)
          : S_ISBLK(mode) ? "a block device" : S_ISFIFO(mode) ? "a FIFO" : S_ISSOCK(mode) ? "a socket" : "not a file";
 }
 
-/* mkdir -p; 0 on success. */
-static int mkdir_p(const char *path)
+/* The directories one mkdir_p made: each the first end[i] bytes of path. */
+#define MADE_DIRS_MAX 64
+struct made_dirs { char path[PATH_MAX]; size_t end[MADE_DIRS_MAX]; int n; };
+
+/* mkdir -p; 0 on success.  With `made`, records each directory it made
+ * (mkdir returned 0), parents first. */
+static int mkdir_p(const char *path, struct made_dirs *made)
 {
     char buf[PATH_MAX];
     snprintf(buf, sizeof buf, "%s", path);
-    for (char *p = buf + 1; *p; p++)
-        if (*p == '/') {
+    if (!*buf) return errno = ENOENT, -1;
+    if (made) snprintf(made->path, sizeof made->path, "%s", path), made->n = 0;
+    for (char *p = buf + 1;; p++)
+        if (*p == '/' || !*p) {
+            char c = *p;
             *p = 0;
-            if (mkdir(buf, 0755) != 0 && errno != EEXIST) return -1;
+            if (mkdir(buf, 0755) == 0) {
+                if (made && made->n < MADE_DIRS_MAX) made->end[made->n++] = strlen(buf);
+            } else if (errno != EEXIST) {
+                return -1;
+            }
+            if (!c) return 0;
             *p = '/';
         }
-    return mkdir(buf, 0755) != 0 && errno != EEXIST ? -1 : 0;
 }
 
-/* Make directory `dir` (and its parents) if it is not there, and check it
- * is a directory kgate can write into; exit 2 naming `what` (e.g. "--dump
- * DIR") and saying what is wrong if not. */
-static void usable_dir(const char *dir, const char *what)
+/* Remove the directories that mkdir_p made (`made`), deepest first, each
+ * only if it is empty (rmdir), stopping at the first that is not; the
+ * number removed. */
+static int made_dirs_remove(struct made_dirs *made)
+{
+    int removed = 0;
+    while (made->n > 0) {
+        char buf[PATH_MAX];
+        snprintf(buf, sizeof buf, "%.*s", (int)made->end[made->n - 1], made->path);
+        if (rmdir(buf) != 0) break;
+        made->n--, removed++;
+    }
+    return removed;
+}
+
+/* Make directory `dir` (and its parents) if it is not there, recording
+ * what it made in `made` (may be NULL), and check it is a directory kgate
+ * can write into; exit 2 naming `what` (e.g. "--dump DIR") and saying what
+ * is wrong if not. */
+static void usable_dir(const char *dir, const char *what, struct made_dirs *made)
 {
     struct stat st;
-    if (mkdir_p(dir) != 0) die(EXIT_USAGE, "%s %s: cannot create it: %s", what, shown(dir), strerror(errno));
+    if (mkdir_p(dir, made) != 0) die(EXIT_USAGE, "%s %s: cannot create it: %s", what, shown(dir), strerror(errno));
     if (stat(dir, &st) != 0) die(EXIT_USAGE, "%s %s: %s", what, shown(dir), strerror(errno));
     if (!S_ISDIR(st.st_mode)) die(EXIT_USAGE, "%s %s: it is %s, not a directory", what, shown(dir), file_kind(st.st_mode));
     if (access(dir, W_OK | X_OK) != 0) die(EXIT_USAGE, "%s %s: cannot write into it: %s", what, shown(dir), strerror(errno));

@@ -57,10 +57,11 @@ static void worker_task(int i, const char *label)
     atomic_store(&g_watch->current, i);
 }
 
-/* In a worker: each launch of the current task must end within `seconds`. */
-static void worker_limit(double seconds)
+/* In a worker: each launch of the current task must end within `seconds`
+ * (given: 1 if they are --timeout's, 0 if the case's default). */
+static void worker_limit(double seconds, int given)
 {
-    if (g_watch) g_watch->limit_s = seconds;
+    if (g_watch) g_watch->limit_s = seconds, g_watch->limit_given = given;
 }
 
 /* Wait for worker `pid`; kill it when its launches outlive their deadline.
@@ -86,8 +87,8 @@ static int worker_wait(pid_t pid, struct watch *w, int *hung)
 static void worker_why(const struct watch *w, int status, int hung, char *why, size_t n)
 {
     if (hung)
-        snprintf(why, n, "a launch did not end within the watchdog's %.0f s (--timeout); the worker was killed",
-                 w->limit_s);
+        snprintf(why, n, "a launch did not end within the watchdog's %g s (%s); the worker was killed", w->limit_s,
+                 w->limit_given ? "--timeout" : "the case's default; --timeout S sets it");
     else if (WIFSIGNALED(status))
         snprintf(why, n, "the worker died of signal %d (%s)%s%s", WTERMSIG(status), strsignal(WTERMSIG(status)),
                  *w->msg ? ": " : "", w->msg);
