@@ -1479,7 +1479,7 @@ echo "== sm_90a fast paths: wgmma in kernels.hip's sm_90a build (no GPU)"
 # spill and no warning; the fused backward's entries without a mask at head dim 128 (80 query rows a
 # step at 240 registers a consumer, 24 a producer) with at most 32 bytes of spill (a few descriptor
 # words a step in the consumers, the dQ warp's loop counters: 28 bytes with ptxas 13.0; the entry
-# measured 3% faster than 64 rows all the same, README).
+# measured 3% faster than 64 rows all the same, bench/HOPPER.md).
 # the MX entries (absent from -D WG_BN=192 builds, whose halves of 96 columns spill)
 MX90="kg_qgemm_sm90_mx_e4m3_bf16 kg_qgemm_sm90_mx_e5m2_bf16 kg_qgemm_sm90_mx_e4m3_f32 kg_qgemm_sm90_mx_e5m2_f32"
 # the per-tensor / per-row fp8 entries at tiles of 128 x 192 (only in builds at WG_BN=256, the default)

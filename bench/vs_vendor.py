@@ -320,7 +320,7 @@ def clock_probe():
     runs dry records the first event early, and the first window then
     holds the host's time to queue its spin): after a bf16 8192^3 matmul
     on the H200 the probe read -2 to 2033 MHz without it, 1611 to 1615
-    with it (README).  The four events, or None where there is no such
+    with it (bench/HOPPER.md).  The four events, or None where there is no such
     probe (ROCm, whose clock64 is not the shader clock; or no _sleep)."""
     if torch.version.hip is not None or not hasattr(torch.cuda, "_sleep"):
         return None
