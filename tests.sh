@@ -414,6 +414,36 @@ for dt in f16 bf16; do
 done
 expect 0 "clean sampled attn" $K attn --device cpu --dtype bf16 --seqlens 3000,700:900 --heads 8:2 --dim 64 --causal
 has "$tmp/err" "O: references on .* \(tile-covering sample\)" "a large attention output is checked on a sample"
+# A product's rows and columns are gated on their own (worst-tile): on scaled inputs the row of least
+# magnitude weighs nothing in its tile, so zeroing it passed every gate before 2026-12-05.
+for c in "gemm --dtype bf16 --layout NN --shape 1023x1025x1021 --inputs scaled" "gemm --dtype e4m3 --scaling row --shape 512x512x512" \
+         "grouped --groups 0,130,1,200 --shape 96x300 --inputs scaled"; do
+    expect 1 "--inject small-row, $c" $K $c --device cpu --repeat 1 --inject small-row
+    has "$tmp/out" "^    FAIL worst-tile \(check\): worst row [0-9]+: SNR 0\.0 dB, needs [0-9.]+ dB" "--inject small-row, $c: the row named by worst-tile"
+    grep "^    FAIL" "$tmp/out" | grep -vq "FAIL worst-tile" && bad "--inject small-row, $c: another gate fired: $(grep '^    FAIL' "$tmp/out" | cut -c1-60)" \
+        || ok "--inject small-row, $c: worst-tile alone sees it"
+done
+expect 2 "--inject small-row on attn" $K attn --device cpu --seq 64 --heads 2 --dim 16 --inject small-row
+one_line "--inject small-row on attn"
+# Off a sample's checked elements, a NaN or inf passes only in a row whose checked reference holds
+# the same: 9000 rows that see no key, -inf in every head of LSE (sampled), pass; one NaN does not,
+# though the checked -inf are many (it passed before 2026-12-05: want > 0 let anything through).
+NK=(attn --device cpu --dtype bf16 --seq 12000:3000 --heads 8 --dim 64 --causal --repeat 1)
+expect 0 "a sampled LSE with 72000 -inf (rows that see no key) passes" $K "${NK[@]}"
+has "$tmp/err" "LSE: references on [0-9]+ of 96000 elements \(tile-covering sample\)" "... its LSE checked on a sample"
+expect 1 "one NaN off the sample of that LSE fails" $K "${NK[@]}" --inject nan
+has "$tmp/out" "FAIL nan-inf \(check\): output has 1 NaN and 71999 inf \([0-9]+ and [0-9]+ on checked elements\); reference 0 and [0-9]+; 1 off the checked elements in rows whose checked reference has no such value" \
+    "... named as off the checked elements, where no checked reference vouches for it"
+# --rtol/--atol apply to the outputs of the case's dtype: tightening a bf16 case to 0.005 halves
+# O's tolerance and leaves LSE (fp32) at its own defaults, which a bf16 tolerance would loosen 100x.
+tol_ratio() { python3 -c 'import json,sys
+o = json.loads(sys.stdin.read())
+print(" ".join("%s=%.9g" % (x["name"], x["gates"]["allclose"]["value"]) for x in o["outputs"]))'; }
+a=$($K attn --device cpu --seq 256 --heads 2 --dim 32 --json 2>/dev/null | tol_ratio)
+b=$($K attn --device cpu --seq 256 --heads 2 --dim 32 --json --atol 0.005 --rtol 0.005 2>/dev/null | tol_ratio)
+oa=${a%% *}; ob=${b%% *}
+[ "${a#* }" = "${b#* }" ] && [ "$oa" != "$ob" ] && ok "--atol/--rtol apply to O (bf16), not to LSE (fp32): $a, then $b" \
+    || bad "tolerance options per output: default '$a', with --atol/--rtol 0.005 '$b'"
 expect 0 "attn --repeat 3" $K attn --device cpu --seq 113:203 --heads 4:2 --dim 64 --causal --bwd --repeat 3 --wide
 has "$tmp/out" "repeat: +3 runs per case" "the repeat count is printed"
 n=$(grep -cE "^attn .* pass( .*)? 3 " "$tmp/out")
@@ -1703,6 +1733,14 @@ tail -2 "$L" | head -1 | grep -q '"arm":"reference".*"verdict":"pass"' && ok "th
 expect 0 "a planted-fault run is never reused as a verdict" $K compare $G --variant v1 -D GEMM_BM=32 --rounds 2
 expect 0 "other conditions (a looser tolerance) are gated afresh" $K compare $G --variant v1 -D GEMM_BM=32 --rounds 2 --rtol 0.5 --why "a test"
 grep -q "cached" "$tmp/out" && bad "a verdict was reused under other conditions" || ok "no verdict is reused under other conditions"
+# A verdict is reused only from a line of the same kgate build: another binary (one byte
+# appended: another SHA-256) gates afresh, as its gates may judge differently.
+expect 0 "the same build reuses the verdicts" $K compare $G --variant v1 -D GEMM_BM=32 --rounds 2
+has "$tmp/out" "cached" "the same build: cached"
+cp "$K" "$tmp/kgate-other" && printf x >>"$tmp/kgate-other"
+expect 0 "another kgate build gates afresh" "$tmp/kgate-other" compare $G --variant v1 -D GEMM_BM=32 --rounds 2
+grep -q "cached" "$tmp/out" && bad "a verdict of another kgate build was reused" || ok "no verdict of another kgate build is reused"
+has "$L" "\"kgate_sha256\":\"$(sha256sum <"$K" | cut -c1-64)\"" "each ledger line names the kgate build (its SHA-256)"
 cp "$L" "$tmp/t.ledger" && sed -i '5s/"verdict":"pass"/"verdict":"fail"/' "$tmp/t.ledger"
 expect 2 "a ledger that does not verify is never trusted" $K compare gemm --device cpu --shape 48x40x56 --ledger "$tmp/t.ledger" --variant v1 -D GEMM_BM=32 --rounds 2
 one_line "an edited ledger"

@@ -128,6 +128,30 @@ static const char *inj_unfit_segments(const struct kcase *c)
     return strcmp(c->op->name, "gemm") == 0 ? "needs a grouped or attn case (outputs made of groups or sequences)" : NULL;
 }
 
+/* Zero the output row of least magnitude among those not already zero (a
+ * small-scaled row lost to an underflowing scale product, say): on scaled
+ * inputs it weighs nothing in its tile, so only a row's own SNR sees it. */
+static void inj_small_row(struct inject_ctx *x)
+{
+    const struct output *o = x->o;
+    double least = INFINITY;
+    size_t pick = 0;
+    for (size_t i = 0; i < o->rows; i++) {
+        double e = 0;
+        for (size_t j = 0; j < o->cols; j++) e += (double)x->out[i * o->cols + j] * x->out[i * o->cols + j];
+        if (e > 0 && e < least) least = e, pick = i;
+    }
+    for (size_t j = 0; j < o->cols; j++) x->out[pick * o->cols + j] = 0;
+}
+
+/* The small-row fault's unfit hook: NULL if case c is a product (gemm or
+ * grouped, whose rows and columns the worst-tile gate holds on their own). */
+static const char *inj_unfit_products(const struct kcase *c)
+{
+    return strcmp(c->op->name, "attn") == 0 ? "needs a gemm or grouped case (a product's rows are gated on their own)"
+                                            : NULL;
+}
+
 static const struct inject INJECTS[] = {
     { "tile", "worst-tile", "the middle output tile zeroed", INJ_VALUES, inj_tile, NULL },
     { "tail", "allclose", "the last (partial) tile wrong", INJ_VALUES, inj_tail, NULL },
@@ -139,6 +163,8 @@ static const struct inject INJECTS[] = {
     { "outside", "in-bounds", "one element written past the end of the output", INJ_RAW, inj_outside, NULL },
     { "group", "group", "one group's (sequence's) rows scaled by 1+2^-5", INJ_VALUES, inj_group,
       inj_unfit_segments },
+    { "small-row", "worst-tile", "the output row of least magnitude zeroed (on scaled inputs it weighs nothing in "
+      "its tile)", INJ_VALUES, inj_small_row, inj_unfit_products },
     { "round", "rounding", "the fp32 to 16-bit output conversion truncates (round toward zero)", INJ_VALUES,
       product_inj_round, product_inj_round_unfit },
     { "mask", "allclose", "the causal mask shifted by one key", INJ_VALUES, attn_inj_mask, attn_inj_unfit },

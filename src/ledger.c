@@ -25,6 +25,7 @@ struct ledger_line {
     char role[16], sha[65], kase[256], arch[64], device[256], verdict[16], arm[64], compare[16];
     char gates[16];               /* the correctness gates' verdict ("" on cached and planted-fault lines) */
     char conditions[512];         /* what the gates were held to (ledger_conditions) */
+    char build[65];               /* the kgate binary's SHA-256 (ledger_build; "" on older lines) */
     uint64_t seed;
     int deliverable, band_measured;
     double ratio, band, median_us;
@@ -83,6 +84,30 @@ static double ledger_field_num(const char *s, const char *key)
     return ledger_field(s, key, buf, sizeof buf) == 0 && strcmp(buf, "null") ? atof(buf) : NAN;
 }
 
+/* The SHA-256 of the running kgate binary (/proc/self/exe), read once: a
+ * cached verdict is taken only from a line that this same build wrote, as
+ * another build's gates may judge differently.  NULL if it cannot be read
+ * (then no verdict is reused). */
+static const char *ledger_build(void)
+{
+    static char hex[65];
+    static int done;
+    if (done) return *hex ? hex : NULL;
+    done = 1;
+    FILE *f = fopen("/proc/self/exe", "rb");
+    if (!f) return NULL;
+    struct sha256 h;
+    sha256_init(&h);
+    unsigned char buf[1 << 16];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof buf, f)) > 0) sha256_update(&h, buf, n);
+    int bad = ferror(f);
+    fclose(f);
+    if (bad) return NULL;
+    sha256_hex(&h, hex);
+    return hex;
+}
+
 /* Parse the fields kgate uses from one ledger line. */
 static void ledger_parse(const char *text, struct ledger_line *l)
 {
@@ -92,6 +117,7 @@ static void ledger_parse(const char *text, struct ledger_line *l)
     l->seq = isnan(seq) ? 0 : (long)seq;
     ledger_field(text, "gates_verdict", l->gates, sizeof l->gates);
     ledger_field(text, "conditions", l->conditions, sizeof l->conditions);
+    ledger_field(text, "kgate_sha256", l->build, sizeof l->build);
     ledger_field(text, "role", l->role, sizeof l->role);
     ledger_field(text, "code_sha256", l->sha, sizeof l->sha);
     ledger_field(text, "case", l->kase, sizeof l->kase);
@@ -356,17 +382,19 @@ static void ledger_conditions(const struct opts *o, char *buf, size_t n)
 }
 
 /* The latest ledger line that settled arm a's correctness on case c: same
- * code object, case, seed, device and conditions, the gates run there (not
- * reused, no planted fault).  NULL if none. */
+ * kgate build (ledger_build), code object, case, seed, device and
+ * conditions, the gates run there (not reused, no planted fault).  NULL if
+ * none. */
 static const struct ledger_line *ledger_verdict_line(const struct ledger *lg, const struct kcase *c,
                                                      const struct opts *o, const struct device *d,
                                                      const struct arm *a)
 {
     char cond[512];
+    const char *build = ledger_build();
     ledger_conditions(o, cond, sizeof cond);
-    for (size_t i = lg->n; i-- > 0;) {
+    for (size_t i = lg->n; i-- > 0 && build;) {
         const struct ledger_line *l = &lg->line[i];
-        if (strcmp(l->sha, a->code.sha) == 0 && strcmp(l->kase, c->label) == 0 && l->seed == o->seed &&
+        if (strcmp(l->build, build) == 0 && strcmp(l->sha, a->code.sha) == 0 && strcmp(l->kase, c->label) == 0 && l->seed == o->seed &&
             strcmp(l->arch, d->arch) == 0 && strcmp(l->device, d->name) == 0 && strcmp(l->conditions, cond) == 0 &&
             (strcmp(l->gates, "pass") == 0 || strcmp(l->gates, "fail") == 0))
             return l;
@@ -491,6 +519,7 @@ static void ledger_fields(FILE *f, const struct ledger *lg, const struct run *r,
     strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", &tm);
     json_str(f, "time", when, 1);
     fprintf(f, "\"kgate\":\"%s\",", KGATE_VERSION);
+    json_str(f, "kgate_sha256", ledger_build() ? ledger_build() : "", 1);
     json_str(f, "command", r->o->command ? r->o->command : "", 1);
     json_str(f, "device", d->name, 1);
     json_str(f, "arch", d->arch, 1);

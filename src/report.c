@@ -608,7 +608,8 @@ static void print_why(const struct opts *o)
     if (o->rtol >= 0) snprintf(rt, sizeof rt, "%g", o->rtol);
     if (o->atol >= 0) snprintf(at, sizeof at, "%g", o->atol);
     if (o->rtol >= 0 || o->atol >= 0)
-        printf("tolerance: rtol %s, atol %s (why: %s)\n", rt, at, o->why ? o->why : "none given");
+        printf("tolerance: rtol %s, atol %s on the outputs of each case's dtype (why: %s)\n", rt, at,
+               o->why ? o->why : "none given");
     if (o->trades_precision) printf("trades precision: the baseline SNR rule is waived (why: %s)\n", o->trades_precision);
     if (o->inject) {
         const struct inject *inj = inject_find(o->inject);
