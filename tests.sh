@@ -425,6 +425,20 @@ for c in "gemm --dtype bf16 --layout NN --shape 1023x1025x1021 --inputs scaled" 
 done
 expect 2 "--inject small-row on attn" $K attn --device cpu --seq 64 --heads 2 --dim 16 --inject small-row
 one_line "--inject small-row on attn"
+# The inputs' guard bands are checked after every run too (in-bounds): a store through an input's
+# pointer past its end.  --inject input-outside plants one such byte, as read back, in the arm it targets.
+for c in "gemm --shape 64x48x40 --bwd" "attn --seq 64:80 --heads 2:1 --dim 16 --causal --bwd" "grouped --dtype mxfp8 --groups 0,65,1 --shape 70x96"; do
+    expect 1 "--inject input-outside, $c" $K $c --device cpu --repeat 1 --inject input-outside
+    n=$(grep -c "^    FAIL in-bounds (check): 0 bytes of the [0-9]*-byte guard bands before and after the output were written, and 1 of the inputs' guard bands$" "$tmp/out")
+    m=$(grep -c "^    FAIL" "$tmp/out"); o=$(sed -n 's/^kgate: 1 case, \([0-9]*\) outputs\{0,1\}: .*/\1/p' "$tmp/out")
+    [ "$n" -eq "$o" ] && [ "$m" -eq "$n" ] && ok "--inject input-outside, $c: in-bounds alone fails, on each of its $o outputs" \
+        || bad "--inject input-outside, $c: $n in-bounds failures, $m failures, $o outputs"
+done
+expect 1 "compare --inject input-outside" $K compare gemm --device cpu --shape 64x48x40 --variant io -D X=1 --rounds 2 \
+    --inject input-outside --ledger "$tmp/io.ledger"
+[ "$(grep -c " pass " "$tmp/out")" -eq 2 ] && [ "$(grep -c "FAIL in-bounds (check)" "$tmp/out")" -eq 1 ] \
+    && ok "compare --inject input-outside: the candidate fails in-bounds, the reference and its copy pass" \
+    || bad "compare --inject input-outside: $(grep -E ' pass |FAIL' "$tmp/out" | cut -c1-80)"
 # Off a sample's checked elements, a NaN or inf passes only in a row whose checked reference holds
 # the same: 9000 rows that see no key, -inf in every head of LSE (sampled), pass; one NaN does not,
 # though the checked -inf are many (it passed before 2026-12-05: want > 0 let anything through).

@@ -46,6 +46,7 @@ struct gate_in {
     double q_gate;                /* low precision: the format's SNR gate, dB (0: not low precision) */
     const char *trades;           /* --trades-precision: why the baseline rule is waived */
     const struct graphcheck *graph;
+    size_t in_outside;            /* the inputs' guard-band bytes no longer 0xff (run_input_guards_written) */
 };
 
 /* Error sums of one tile or one segment. */
@@ -223,44 +224,42 @@ static int margin_worse(double m, double worst)
     return isnan(m) || (!isnan(worst) && m < worst);
 }
 
+/* The block of a[0..n) furthest below what it needs (margin_worse), among
+ * those with at least min_n checked elements and, with skip_zero, not
+ * exactly zero in both reference and error: its index (-1: none), and its
+ * SNR, need and margin in *snr, *need and *margin. */
+static long acc_worst(const struct acc *a, size_t n, size_t min_n, int skip_zero, const struct gate_in *g,
+                      double lp_all, double *snr, double *need, double *margin)
+{
+    long worst = -1;
+    double s, d;
+    *margin = INFINITY;
+    for (size_t k = 0; k < n; k++) {
+        if (a[k].n < min_n || (skip_zero && a[k].ref2 == 0 && a[k].err2 == 0)) continue;
+        double m = acc_margin(&a[k], g, lp_all, &s, &d);
+        if (worst < 0 || margin_worse(m, *margin)) worst = (long)k, *margin = m, *snr = s, *need = d;
+    }
+    return worst;
+}
+
 /* The worst tile and, in a product, the worst row or column (among those
  * with TILE_MIN_CHECKED checked elements), and the worst segment (any with
- * a checked element): the ones furthest below what they need
- * (margin_worse).  A row or column is a block of its own because on scaled
- * inputs a row of small magnitude weighs nothing in its tile's SNR: zeroing
- * 64 such rows of a bf16 product passed every gate before. */
+ * a checked element): the ones furthest below what they need.  A row or
+ * column is a block of its own because on scaled inputs a row of small
+ * magnitude weighs nothing in its tile's SNR: zeroing 64 such rows of a
+ * bf16 product passed every gate before. */
 static void stats_worst(struct stats *s, const struct gate_in *g)
 {
-    double worst = INFINITY, snr, need;
-    s->worst_tile = -1;
-    for (size_t k = 0; k < s->tr * s->tc; k++) {
-        const struct acc *a = &s->tiles[k];
-        if (a->n < TILE_MIN_CHECKED || (a->ref2 == 0 && a->err2 == 0)) continue;
-        double m = acc_margin(a, g, s->lp_snr_db, &snr, &need);
-        if (s->worst_tile < 0 || margin_worse(m, worst))
-            worst = m, s->worst_tile = (long)k, s->worst_tile_snr = snr, s->worst_tile_need = need;
-    }
-    s->worst_tile_margin = worst;
-    worst = INFINITY;
-    s->worst_line = -1;
-    for (size_t k = 0; s->lines && k < g->o->rows + g->o->cols; k++) {
-        const struct acc *a = &s->lines[k];
-        if (a->n < TILE_MIN_CHECKED || (a->ref2 == 0 && a->err2 == 0)) continue;
-        double m = acc_margin(a, g, s->lp_snr_db, &snr, &need);
-        if (s->worst_line < 0 || margin_worse(m, worst))
-            worst = m, s->worst_line = (long)k, s->worst_line_snr = snr, s->worst_line_need = need;
-    }
-    s->worst_line_margin = worst;
+    const struct output *o = g->o;
+    double seg_margin;
+    s->worst_tile = acc_worst(s->tiles, s->tr * s->tc, TILE_MIN_CHECKED, 1, g, s->lp_snr_db, &s->worst_tile_snr,
+                              &s->worst_tile_need, &s->worst_tile_margin);
+    s->worst_line = s->lines ? acc_worst(s->lines, o->rows + o->cols, TILE_MIN_CHECKED, 1, g, s->lp_snr_db,
+                                         &s->worst_line_snr, &s->worst_line_need, &s->worst_line_margin) : -1;
+    s->worst_seg = s->segs ? acc_worst(s->segs, o->nseg, 1, 0, g, s->lp_snr_db, &s->worst_seg_snr,
+                                       &s->worst_seg_need, &seg_margin) : -1;
     free(s->lines);
     s->lines = NULL;
-    worst = INFINITY;
-    s->worst_seg = -1;
-    for (size_t k = 0; s->segs && k < g->o->nseg; k++) {
-        if (s->segs[k].n == 0) continue;
-        double m = acc_margin(&s->segs[k], g, s->lp_snr_db, &snr, &need);
-        if (s->worst_seg < 0 || margin_worse(m, worst))
-            worst = m, s->worst_seg = (long)k, s->worst_seg_snr = snr, s->worst_seg_need = need;
-    }
 }
 
 /* max |x - ref| over the checked elements of output o with a finite
@@ -563,14 +562,15 @@ static void gate_sign_bias(const struct stats *s, const struct gate_in *g, struc
                  s->sb_tc_ulps);
 }
 
-/* in bounds: the guard bands around the output still hold the poison bytes
- * (catches a kernel writing past the end or before the start). */
+/* in bounds: the guard bands around the output, and around every input,
+ * still hold the poison bytes (catches a kernel writing past the end or
+ * before the start of a buffer). */
 static void gate_in_bounds(const struct stats *s, const struct gate_in *g, struct verdict *v)
 {
     (void)s;
-    v->value = (double)g->outside, v->limit = 0, v->pass = g->outside == 0;
+    v->value = (double)(g->outside + g->in_outside), v->limit = 0, v->pass = g->outside + g->in_outside == 0;
     snprintf(v->detail, sizeof v->detail, "%zu bytes of the %zu-byte guard bands before and after the "
-             "output were written", g->outside, 2 * g->o->guard);
+             "output were written, and %zu of the inputs' guard bands", g->outside, 2 * g->o->guard, g->in_outside);
 }
 
 /* bias: the mean signed error within 6 spreads of the mean (catches a small
@@ -978,7 +978,8 @@ static void gate_output(struct run *r, int o, struct result *res, unsigned char 
     float *out = gate_decode(r, o, raw, res->atol, &unwritten, &outside);
     struct gate_in g = { &r->out[o], &res->plan, &res->refs, out, unwritten, outside, r->out[o].dt,
                          gate_rtol(r, o), res->atol, gate_base_atol(r, o), r->inputs_nonzero, r->c->inputs, &res->rep,
-                         r->q, r->q ? QFMTS[r->q->f].snr_gate : 0, r->o->trades_precision, &res->graph };
+                         r->q, r->q ? QFMTS[r->q->f].snr_gate : 0, r->o->trades_precision, &res->graph,
+                         run_input_guards_written(r) };
     free(res->s.tiles);
     free(res->s.segs);
     stats_compute(&res->s, &g);

@@ -64,6 +64,14 @@ static void inj_outside(struct inject_ctx *x)
     memset(x->raw + x->o->guard + x->o->elems * DTYPES[x->o->dt].bytes, 0, DTYPES[x->o->dt].bytes);
 }
 
+/* One byte written just past the end of the case's first input (a kernel
+ * that stores through an input's pointer past its end): its trailing guard
+ * band's first byte, as read back. */
+static void inj_input_outside(struct inject_ctx *x)
+{
+    x->raw[0] = 0;
+}
+
 /* Flip the lowest bit of the middle element (applied to repeated runs only:
  * a run that differs from the first, as a race makes it). */
 static void inj_race(struct inject_ctx *x)
@@ -161,6 +169,8 @@ static const struct inject INJECTS[] = {
     { "row", "allclose", "the middle row shifted by one column", INJ_VALUES, inj_row, NULL },
     { "unwritten", "written", "the middle row left unwritten", INJ_RAW, inj_unwritten, NULL },
     { "outside", "in-bounds", "one element written past the end of the output", INJ_RAW, inj_outside, NULL },
+    { "input-outside", "in-bounds", "one byte written past the end of the first input", INJ_INGUARD, inj_input_outside,
+      NULL },
     { "group", "group", "one group's (sequence's) rows scaled by 1+2^-5", INJ_VALUES, inj_group,
       inj_unfit_segments },
     { "small-row", "worst-tile", "the output row of least magnitude zeroed (on scaled inputs it weighs nothing in "

@@ -84,6 +84,7 @@ enum inj_stage {
     INJ_QSTAGE,   /* on the quantize-only kernel's codes and scales (low precision) */
     INJ_VALUES,   /* on the decoded values of every check */
     INJ_RAW,      /* on the storage bytes of every check */
+    INJ_INGUARD,  /* on the first input's trailing guard band as read back, at every check */
     INJ_REPEAT,   /* on the storage bytes of the repeated runs (--repeat) only */
     INJ_LAUNCH,   /* in the launch path, before each launch's kernels are queued */
     INJ_GRAPH,    /* on the storage bytes of the graph replay (--graph) only */
@@ -119,6 +120,9 @@ struct run {
     int nhost;
     uint64_t dev[MAX_OWNED];      /* device buffers, owned */
     int ndev;
+    uint64_t in_base[MAX_OWNED];  /* inputs (run_dev_input): each buffer's first guard band */
+    size_t in_bytes[MAX_OWNED];   /* ... and the bytes between its two bands */
+    int nin;
     int inputs_nonzero;           /* every input has max|x| > 0 */
     struct attn_case *attn;       /* attn cases: geometry, inputs, statistics */
     struct qrun *q;               /* low-precision cases: operands, scales, the quantize stage */
@@ -152,6 +156,7 @@ static uint64_t run_dev_input(struct run *r, size_t bytes)
     uint64_t p = run_dev(r, bytes + 2 * IN_GUARD_BYTES);
     dev_fill(r->d, p, 0xff, IN_GUARD_BYTES);
     dev_fill(r->d, p + IN_GUARD_BYTES + bytes, 0xff, IN_GUARD_BYTES);
+    r->in_base[r->nin] = p, r->in_bytes[r->nin] = bytes, r->nin++;
     return p + IN_GUARD_BYTES;
 }
 
@@ -159,7 +164,7 @@ static void run_release(struct run *r)
 {
     for (int i = 0; i < r->nhost; i++) free(r->host[i]);
     for (int i = 0; i < r->ndev; i++) dev_free(r->d, r->dev[i]);
-    r->nhost = r->ndev = 0;
+    r->nhost = r->ndev = r->nin = 0;
 }
 
 /* How an input tensor is laid out, for the scaled distribution: rows x
@@ -448,6 +453,28 @@ static const struct inject *run_inject(const struct run *r, enum inj_stage stage
 {
     const struct inject *inj = r->inject_off ? NULL : r->inj;
     return inj && inj->stage == stage ? inj : NULL;
+}
+
+/* Bytes of the inputs' guard bands (run_dev_input) that no longer hold
+ * 0xff: a kernel that wrote past the end of an input, or before its start
+ * (the in-bounds gate counts them with the output's own).  A fault planted
+ * at INJ_INGUARD is applied to the first input's trailing band as read. */
+static size_t run_input_guards_written(struct run *r)
+{
+    unsigned char *band = xmalloc(IN_GUARD_BYTES);
+    const struct inject *inj = run_inject(r, INJ_INGUARD);
+    size_t n = 0;
+    for (int i = 0; i < r->nin; i++)
+        for (int side = 0; side < 2; side++) {
+            dev_download(r->d, band, r->in_base[i] + (side ? IN_GUARD_BYTES + r->in_bytes[i] : 0), IN_GUARD_BYTES);
+            if (inj && i == 0 && side == 1) {
+                struct inject_ctx ix = { .r = r, .raw = band };
+                inj->apply(&ix);
+            }
+            for (size_t k = 0; k < IN_GUARD_BYTES; k++) n += band[k] != 0xff;
+        }
+    free(band);
+    return n;
 }
 
 /* Whether launches run on the graph path now: --graph on a GPU, outside the
