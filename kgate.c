@@ -138,10 +138,7 @@ static void test_atomics_unwritten(const struct run *r, int k, unsigned char *ra
 {
     const char *e = getenv("KGATE_TEST_ATOMICS");
     if (r->d->kind != DEV_CPU || !e || strcmp(e, "unwritten") != 0) return;
-    const struct output *o = &r->out[k];
-    size_t es = DTYPES[o->dt].bytes;
-    int64_t at = (int64_t)(o->rows / 2) * o->srow + (int64_t)(o->cols / 2) * o->scol;
-    memset(raw + o->guard + (size_t)at * es, 0xff, es);
+    memset(raw + output_middle_byte(&r->out[k]), 0xff, DTYPES[r->out[k].dt].bytes);
 }
 
 /* Runs 2..n of a case on the same inputs: each output compared bit for bit
@@ -739,6 +736,16 @@ static const char *default_shapes(void)
     return path;
 }
 
+/* Exit 2 when --cpu-sums or --trades-precision is given and no case is low
+ * precision (lowp 0); `none` says which cases, for the message. */
+static void lowp_options_need(const struct opts *o, int lowp, const char *none)
+{
+    if (lowp) return;
+    if (o->seen >> opts_row("--cpu-sums") & 1)
+        die(EXIT_USAGE, "--cpu-sums sets how the CPU candidate sums fp8 and MX products; %s", none);
+    if (o->trades_precision) die(EXIT_USAGE, "--trades-precision waives the low-precision SNR baseline rule; %s", none);
+}
+
 /* kgate all: every case of a shapes file (--shapes, default shapes.txt in
  * the current directory, else beside the binary).  --trades-precision and
  * --cpu-sums need a low-precision case among them (exit 2). */
@@ -749,12 +756,7 @@ static int cmd_all(const struct opts *o, const char *sub)
     struct kcase *cases = ops_read_shapes(o->shapes_path ? o->shapes_path : default_shapes(), &n);
     int lowp = 0;
     for (size_t i = 0; i < n; i++) lowp |= cases[i].qfmt != Q_NONE;
-    if (o->trades_precision && !lowp)
-        die(EXIT_USAGE, "--trades-precision waives the low-precision SNR baseline rule; no case of the shapes file "
-            "is low precision");
-    if ((o->seen >> opts_row("--cpu-sums") & 1) && !lowp)
-        die(EXIT_USAGE, "--cpu-sums sets how the CPU candidate sums fp8 and MX products; no case of the shapes file "
-            "is low precision");
+    lowp_options_need(o, lowp, "no case of the shapes file is low precision");
     int rc = cmd_run(cases, n, o);
     for (size_t i = 0; i < n; i++) case_free(&cases[i]);
     free(cases);
@@ -809,12 +811,11 @@ static void check_meaningful(const struct opts *o, const struct kcase *one)
         die(EXIT_USAGE, "--kernels needs a GPU device; --device cpu runs ref.c's candidate");
     if (o->cpu_sums_sm90 && !o->device_cpu && !o->device_list)
         die(EXIT_USAGE, "--cpu-sums sm90a is the CPU candidate's arithmetic: it needs --device cpu");
-    if ((o->seen >> opts_row("--cpu-sums") & 1) && one && one->qfmt == Q_NONE)
-        die(EXIT_USAGE, "--cpu-sums sets how the CPU candidate sums fp8 and MX products; %s is not low precision",
-            one->label);
-    if (o->trades_precision && one && one->qfmt == Q_NONE)
-        die(EXIT_USAGE, "--trades-precision waives the low-precision SNR baseline rule; %s is not low precision",
-            one->label);
+    if (one) {
+        char none[sizeof one->label + 32];
+        snprintf(none, sizeof none, "%s is not low precision", one->label);
+        lowp_options_need(o, one->qfmt != Q_NONE, none);
+    }
 }
 
 int main(int argc, char **argv)

@@ -377,7 +377,7 @@ static void stats_compute(struct stats *s, const struct gate_in *g)
         if (isnan(g->out[k])) s->nan_out++;
         else if (isinf(g->out[k])) s->inf_out++;
     }
-    s->nf_stray = stats_nf_stray(g);
+    s->nf_stray = s->nan_out + s->inf_out ? stats_nf_stray(g) : 0;   /* nothing to vouch for otherwise */
     double nf = s->n_finite ? (double)s->n_finite : 1.0, nl = (double)(s->n ? s->n : 1);
     s->mean_err = s->sum_err / nf;
     s->sd_err = sqrt(fmax(0.0, s->sum_err2 / nf - s->mean_err * s->mean_err));

@@ -76,9 +76,7 @@ static void inj_input_outside(struct inject_ctx *x)
  * a run that differs from the first, as a race makes it). */
 static void inj_race(struct inject_ctx *x)
 {
-    const struct output *o = x->o;
-    size_t i = o->rows / 2, j = o->cols / 2;
-    x->raw[o->guard + (size_t)((int64_t)i * o->srow + (int64_t)j * o->scol) * DTYPES[o->dt].bytes] ^= 1;
+    x->raw[output_middle_byte(x->o)] ^= 1;
 }
 
 /* Each timed launch runs INJ_SLOW_RUNS times in all (the timer times

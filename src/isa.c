@@ -449,10 +449,6 @@ static void isa_print(const struct isa_list *l)
     else printf("resources: not available: no reader of the compiler's records found (tried %s)\n", l->res_tried);
 }
 
-/* kgate isa [--arch A] [--kernels FILE] [--expect CLASS]: compile for A
- * (default: GPU 0's arch) and list each kernel's instructions, matrix
- * instructions and resources when a disassembler is found.  --expect: exit
- * 1 unless a kernel holds that class, and always when nothing can count. */
 /* Whether --arch names a target as written: sm_ and two or three digits,
  * then optionally a or f (sm_90a, sm_100f); or gfx, a digit and two or
  * three more hex digits (gfx942, gfx90a, gfx1100), then optionally target
@@ -476,6 +472,10 @@ static int isa_arch_ok(const char *arch)
     return 1;
 }
 
+/* kgate isa [--arch A] [--kernels FILE] [--expect CLASS]: compile for A
+ * (default: GPU 0's arch) and list each kernel's instructions, matrix
+ * instructions and resources when a disassembler is found.  --expect: exit
+ * 1 unless a kernel holds that class, and always when nothing can count. */
 static int cmd_isa(const struct opts *o, const char *sub)
 {
     (void)sub;

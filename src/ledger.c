@@ -94,17 +94,11 @@ static const char *ledger_build(void)
     static int done;
     if (done) return *hex ? hex : NULL;
     done = 1;
-    FILE *f = fopen("/proc/self/exe", "rb");
-    if (!f) return NULL;
-    struct sha256 h;
-    sha256_init(&h);
-    unsigned char buf[1 << 16];
-    size_t n;
-    while ((n = fread(buf, 1, sizeof buf, f)) > 0) sha256_update(&h, buf, n);
-    int bad = ferror(f);
-    fclose(f);
-    if (bad) return NULL;
-    sha256_hex(&h, hex);
+    size_t len;
+    char *exe = read_file("/proc/self/exe", &len);
+    if (!exe) return NULL;
+    sha256_text(exe, len, hex);
+    free(exe);
     return hex;
 }
 
@@ -394,8 +388,8 @@ static const struct ledger_line *ledger_verdict_line(const struct ledger *lg, co
     ledger_conditions(o, cond, sizeof cond);
     for (size_t i = lg->n; i-- > 0 && build;) {
         const struct ledger_line *l = &lg->line[i];
-        if (strcmp(l->build, build) == 0 && strcmp(l->sha, a->code.sha) == 0 && strcmp(l->kase, c->label) == 0 && l->seed == o->seed &&
-            strcmp(l->arch, d->arch) == 0 && strcmp(l->device, d->name) == 0 && strcmp(l->conditions, cond) == 0 &&
+        if (strcmp(l->build, build) == 0 && strcmp(l->sha, a->code.sha) == 0 && strcmp(l->kase, c->label) == 0 &&
+            l->seed == o->seed && strcmp(l->arch, d->arch) == 0 && strcmp(l->device, d->name) == 0 && strcmp(l->conditions, cond) == 0 &&
             (strcmp(l->gates, "pass") == 0 || strcmp(l->gates, "fail") == 0))
             return l;
     }

@@ -149,6 +149,14 @@ static uint64_t run_dev(struct run *r, size_t bytes)
     return r->dev[r->ndev++] = dev_alloc(r->d, bytes);
 }
 
+/* Where output o's middle element (row rows/2, column cols/2) lies in its
+ * storage as read back with its guard bands, in bytes. */
+static size_t output_middle_byte(const struct output *o)
+{
+    int64_t at = (int64_t)(o->rows / 2) * o->srow + (int64_t)(o->cols / 2) * o->scol;
+    return o->guard + (size_t)at * DTYPES[o->dt].bytes;
+}
+
 /* A device buffer of `bytes` for an input, between its guard bands
  * (IN_GUARD_BYTES each, filled with 0xff); returns its start. */
 static uint64_t run_dev_input(struct run *r, size_t bytes)
