@@ -420,8 +420,32 @@ for c in "gemm --dtype bf16 --layout NN --shape 1023x1025x1021 --inputs scaled" 
          "grouped --groups 0,130,1,200 --shape 96x300 --inputs scaled"; do
     expect 1 "--inject small-row, $c" $K $c --device cpu --repeat 1 --inject small-row
     has "$tmp/out" "^    FAIL worst-tile \(check\): worst row [0-9]+: SNR 0\.0 dB, needs [0-9.]+ dB" "--inject small-row, $c: the row named by worst-tile"
-    grep "^    FAIL" "$tmp/out" | grep -vq "FAIL worst-tile" && bad "--inject small-row, $c: another gate fired: $(grep '^    FAIL' "$tmp/out" | cut -c1-60)" \
-        || ok "--inject small-row, $c: worst-tile alone sees it"
+    grep "^    FAIL" "$tmp/out" | grep -vq -E "FAIL (worst-tile|checksum)" && bad "--inject small-row, $c: another gate fired: $(grep '^    FAIL' "$tmp/out" | cut -c1-60)" \
+        || ok "--inject small-row, $c: worst-tile sees it, and no gate but it and checksum (which sums that row too)"
+done
+# Every row's and column's sum is checked over all its elements (checksum): one element per tile, off the
+# checked rows and columns, 16 x the output's rms off (--inject tilepos) passes every other gate.
+for c in "gemm --dtype bf16 --layout NN --shape 1500x1500x1000" "gemm --dtype f32 --layout TN --shape 1300x1300x1300" \
+         "grouped --dtype f16 --groups 0,700,1,1300,0,900 --shape 1024x1024" "gemm --dtype f16 --shape 2100x1100x1000 --bwd"; do
+    expect 1 "--inject tilepos, $c" $K $c --device cpu --repeat 1 --inject tilepos
+    n=$(grep -c "^    FAIL checksum (check): worst \(row\|column\) [0-9]*: sum .*, exact .*, off by .*, allowed " "$tmp/out")
+    m=$(grep -c "^    FAIL" "$tmp/out"); o=$(sed -n 's/^kgate: 1 case, \([0-9]*\) outputs\{0,1\}: .*/\1/p' "$tmp/out")
+    [ "$n" -eq "$o" ] && [ "$m" -eq "$n" ] && ok "--inject tilepos, $c: checksum alone fails, on each of its $o outputs" \
+        || bad "--inject tilepos, $c: $n checksum failures, $m failures, $o outputs"
+    has "$tmp/err" "references on [0-9]* of [0-9]* elements \(tile-covering sample\)" "--inject tilepos, $c: a sampled check"
+done
+expect 0 "checksum: a clean sampled gemm" $K gemm --device cpu --dtype bf16 --layout NN --shape 1500x1500x1000 --repeat 1 --json
+python3 -c 'import json,sys
+g=json.loads(open(sys.argv[1]).read())["outputs"][0]["gates"]["checksum"]
+assert g["pass"] and 0 < g["value"] < 0.5 and g["limit"] == 1, g' "$tmp/out" 2>"$tmp/py" \
+    && ok "checksum: a clean sampled gemm sums within half its allowance" || bad "checksum json: $(cat "$tmp/py")"
+for c in "attn --seq 64 --heads 2 --dim 16" "gemm --dtype e4m3 --scaling row --shape 64x64x64"; do
+    expect 2 "--inject tilepos on $c" $K $c --device cpu --inject tilepos
+    one_line "--inject tilepos on $c"
+    expect 0 "checksum on $c" $K $c --device cpu --repeat 1 --json
+    python3 -c 'import json,sys
+g=json.loads(open(sys.argv[1]).read())["outputs"][0]["gates"]["checksum"]
+assert g["pass"] and g["value"] is None, g' "$tmp/out" 2>"$tmp/py" && ok "checksum on $c: not gated" || bad "checksum on $c: $(cat "$tmp/py")"
 done
 expect 2 "--inject small-row on attn" $K attn --device cpu --seq 64 --heads 2 --dim 16 --inject small-row
 one_line "--inject small-row on attn"
@@ -2232,8 +2256,8 @@ ATTN = {"--heads": (lambda: C(["1", "2", "4", "4:2", "4:1", "2:1", "3", "3:1", "
                     ["0", "-1", "nan", "inf", "-inf", "1e308", "1e-308", "1e38", "4.9e-324", "0x1p-3"])}
 OPS = {"gemm": GEMM, "grouped": GROUPED, "attn": ATTN}
 REQUIRED = {"gemm": ["--shape"], "grouped": ["--groups", "--shape"], "attn": ["--heads", "--dim", "--seq"]}
-INJECT = ["tile", "tail", "nan", "bias", "drop", "row", "unwritten", "outside", "group", "mask", "race",
-          "round", "scale", "quant", "scale-index", "precision"]
+INJECT = ["tile", "tail", "nan", "bias", "drop", "row", "unwritten", "outside", "group", "small-row", "tilepos",
+          "mask", "race", "round", "scale", "quant", "scale-index", "precision"]
 def why(): return C(["a reason", "bf16 accumulate", "\u00e9t\u00e9"])
 RUN = {
     "--seed": (lambda: C(["0", "1", "7", "42", "12345"]), ["18446744073709551615", BIG, "-1", "1e3", "0x2a"]),

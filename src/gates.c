@@ -93,6 +93,11 @@ struct stats {
     double worst_line_snr, worst_line_need, worst_line_margin;
     long worst_seg;                         /* -1: no segments */
     double worst_seg_snr, worst_seg_need;
+    /* checksum (products of unquantized operands): rows 0..rows-1, then columns */
+    long sums_line;                         /* the worst line; -1: none summed */
+    double sums_ratio, sums_out, sums_exact, sums_allow;   /* its |out - exact| / allow, its sums, its allowance */
+    int sums_by_limit;                      /* that allowance is the same-precision limit's (sums_allowance) */
+    size_t sums_lines, sums_nonfinite;      /* lines summed; lines left out for a non-finite element */
 };
 
 #define NONTRIVIAL_FACTOR 10.0 /* nontrivial: how far above its limit a zero output's error must be */
@@ -342,6 +347,62 @@ static size_t stats_nf_stray(const struct gate_in *g)
     return stray;
 }
 
+/* What storing an element v of dtype t may move it from the fp32 sum it
+ * rounds: SUM_OUT_ROUNDOFFS unit roundoffs of |v| (one ulp: round to
+ * nearest moves half that, truncation less than all of it), plus the
+ * dtype's least subnormal step.  The double sums of the checksum gate err
+ * by far less (2^-53 a term). */
+#define SUM_OUT_ROUNDOFFS 2.0
+static double sums_store_allow(enum dtype t, double v)
+{
+    double u = SUM_OUT_ROUNDOFFS * DTYPES[t].unit_roundoff;
+    return u * fabs(v) / (1 - u) + (t == DT_F16 ? 0x1p-24 : t == DT_BF16 ? 0x1p-133 : 0x1p-149);
+}
+
+/* The allowance of line l (rows, then columns) of the checksum gate: the
+ * lesser of two bounds on |sum of out - exact sum| that a kernel within the
+ * gates meets.  Arithmetic: the accumulation's slack (product_sums) plus
+ * sums_store_allow of each element, `store`; in any fp32 summation.  The
+ * same-precision limit (> 0) times the line's length: a line beyond it
+ * holds an element beyond that limit, which the gate holds every checked
+ * element to.  *by_limit: the second was the lesser. */
+static double sums_allowance(const struct gate_in *g, const struct stats *s, size_t l, double store, int *by_limit)
+{
+    size_t R = g->o->rows;
+    double arith = store + (l < R ? g->f->slack_r[l] : g->f->slack_c[l - R]);
+    double limit = (2.0 * s->max_lp_err + s->floor) * (double)(l < R ? g->o->cols : R);
+    *by_limit = limit > 0 && limit < arith;
+    return *by_limit ? limit : arith;
+}
+
+/* The checksum gate's search (when refs hold the exact sums): every row's
+ * and every column's sum of out against its exact sum, as a ratio to its
+ * allowance (sums_allowance).  A line holding a NaN or inf is the nan-inf
+ * gate's. */
+static void stats_sums(struct stats *s, const struct gate_in *g)
+{
+    const struct output *o = g->o;
+    size_t R = o->rows, C = o->cols;
+    double *sum = xcalloc(2 * (R + C) + 1, sizeof *sum), *store = sum + R + C;
+    for (size_t i = 0; i < R; i++)
+        for (size_t j = 0; j < C; j++) {
+            double v = g->out[i * C + j], a = sums_store_allow(g->t, v);
+            sum[i] += v, sum[R + j] += v, store[i] += a, store[R + j] += a;
+        }
+    s->sums_line = -1;
+    for (size_t l = 0; l < R + C; l++) {
+        int by_limit;
+        double exact = l < R ? g->f->sum_r[l] : g->f->sum_c[l - R], all = sums_allowance(g, s, l, store[l], &by_limit);
+        if (!isfinite(sum[l]) || !isfinite(all)) { s->sums_nonfinite += !isfinite(sum[l]); continue; }
+        double off = fabs(sum[l] - exact), ratio = all > 0 ? off / all : (off > 0 ? INFINITY : 0);
+        s->sums_lines++;
+        if (s->sums_line < 0 || ratio > s->sums_ratio)
+            s->sums_line = (long)l, s->sums_ratio = ratio, s->sums_out = sum[l], s->sums_exact = exact,
+            s->sums_allow = all, s->sums_by_limit = by_limit;
+    }
+    free(sum);
+}
+
 static void stats_compute(struct stats *s, const struct gate_in *g)
 {
     const struct output *o = g->o;
@@ -378,6 +439,7 @@ static void stats_compute(struct stats *s, const struct gate_in *g)
         else if (isinf(g->out[k])) s->inf_out++;
     }
     s->nf_stray = s->nan_out + s->inf_out ? stats_nf_stray(g) : 0;   /* nothing to vouch for otherwise */
+    if (f->sum_r) stats_sums(s, g);
     double nf = s->n_finite ? (double)s->n_finite : 1.0, nl = (double)(s->n ? s->n : 1);
     s->mean_err = s->sum_err / nf;
     s->sd_err = sqrt(fmax(0.0, s->sum_err2 / nf - s->mean_err * s->mean_err));
@@ -651,6 +713,32 @@ static void gate_group(const struct stats *s, const struct gate_in *g, struct ve
              what, a->max_err, a->wi, a->wj, a->wi / KG_TILE, a->wj / KG_TILE);
 }
 
+/* checksum: in a product of unquantized operands, every row's and every
+ * column's sum over all its elements within what fp32 accumulation and the
+ * output's rounding allow of the exact sum (catches a gross error at
+ * elements the sample does not check). */
+static void gate_checksum(const struct stats *s, const struct gate_in *g, struct verdict *v)
+{
+    if (!g->f->sum_r) {
+        not_gated(v, g->o->nparts ? "quantized operands: the fp8 tensor cores align their sums to 13 bits, which "
+                  "bounds an element only by about 2% of sum |x||y|" : "attention: a sum of O needs the softmax's "
+                  "own cost; the sample alone checks it");
+        return;
+    }
+    if (s->sums_line < 0) {
+        not_gated(v, "every row and column holds a NaN or inf (the nan-inf gate's)");
+        return;
+    }
+    v->value = s->sums_ratio, v->limit = 1, v->pass = s->sums_ratio <= 1;
+    int col = (size_t)s->sums_line >= g->o->rows;
+    snprintf(v->detail, sizeof v->detail, "worst %s %zu: sum %.9g, exact %.9g, off by %.3g, allowed %.3g (%s); %zu "
+             "rows and columns summed, %zu with a NaN or inf left to nan-inf", col ? "column" : "row",
+             (size_t)s->sums_line - (col ? g->o->rows : 0), s->sums_out, s->sums_exact,
+             fabs(s->sums_out - s->sums_exact), s->sums_allow, s->sums_by_limit ? "the same-precision limit times "
+             "the line's length" : "fp32 accumulation, 2^-21 a term of sum |x||y|, and one ulp of each element",
+             s->sums_lines, s->sums_nonfinite);
+}
+
 /* determinism: with --repeat N, every run bitwise equal to the first, or,
  * for kernels that declare atomics, every run passing the gates (catches a
  * race: an output that moves between runs). */
@@ -810,6 +898,7 @@ static const struct gate GATES[] = {
     { "conversion", "convert", SHOW_COUNT, gate_conversion },
     { "worst-tile", "tile-dB", SHOW_DB, gate_worst_tile },
     { "group", "group-dB", SHOW_DB, gate_group },
+    { "checksum", "sums", SHOW_RATIO, gate_checksum },
     { "determinism", "repeat", SHOW_COUNT, gate_determinism },
     { "graph", "graph", SHOW_COUNT, gate_graph },
 };
@@ -945,12 +1034,13 @@ static unsigned char *gate_download(struct run *r, int o)
  * --inject fault (if any): its values (rows x cols, caller frees);
  * *unwritten counts the elements still holding the poison bytes, *outside
  * the guard bytes that no longer do. */
-static float *gate_decode(struct run *r, int o, unsigned char *raw, double atol, size_t *unwritten,
+static float *gate_decode(struct run *r, int o, unsigned char *raw, const struct result *res, size_t *unwritten,
                           size_t *outside)
 {
     const struct output *p = &r->out[o];
     size_t es = DTYPES[p->dt].bytes;
-    struct inject_ctx ix = { .r = r, .oi = o, .o = p, .raw = raw, .atol = atol, .key = mix64(r->key ^ 0x696e6a) };
+    struct inject_ctx ix = { .r = r, .oi = o, .o = p, .plan = &res->plan, .raw = raw, .atol = res->atol,
+                             .key = mix64(r->key ^ 0x696e6a) };
     const struct inject *inj = run_inject(r, INJ_RAW);
     if (inj) inj->apply(&ix);
     *unwritten = *outside = 0;
@@ -975,7 +1065,7 @@ static void gate_output(struct run *r, int o, struct result *res, unsigned char 
 {
     unsigned char *own = raw ? NULL : (raw = gate_download(r, o));
     size_t unwritten, outside;
-    float *out = gate_decode(r, o, raw, res->atol, &unwritten, &outside);
+    float *out = gate_decode(r, o, raw, res, &unwritten, &outside);
     struct gate_in g = { &r->out[o], &res->plan, &res->refs, out, unwritten, outside, r->out[o].dt,
                          gate_rtol(r, o), res->atol, gate_base_atol(r, o), r->inputs_nonzero, r->c->inputs, &res->rep,
                          r->q, r->q ? QFMTS[r->q->f].snr_gate : 0, r->o->trades_precision, &res->graph,

@@ -158,6 +158,43 @@ static const char *inj_unfit_products(const struct kcase *c)
                                             : NULL;
 }
 
+/* The first of the KG_TILE lines from t0 (n in all) that is not in the
+ * plan's list `in` (marks, indexed by line), or t0 if every one is. */
+static size_t inj_unchecked_line(const unsigned char *in, size_t t0, size_t n)
+{
+    for (size_t i = t0; i < n && i < t0 + KG_TILE; i++)
+        if (!in[i]) return i;
+    return t0;
+}
+
+/* In every tile, the element at its first row and first column the plan
+ * does not check gets 16 times the output's rms added (a fragment read
+ * from a stale or uninitialized buffer): on a sampled plan no checked
+ * element changes, so the sample alone cannot see it. */
+static void inj_tilepos(struct inject_ctx *x)
+{
+    const struct output *o = x->o;
+    const struct plan *p = x->plan;
+    unsigned char *col_in = xcalloc(o->cols + 1, 1);
+    for (size_t c = 0; c < p->nc; c++) col_in[p->cols[c]] = 1;
+    double e = 0;
+    for (size_t k = 0; k < o->rows * o->cols; k++) e += (double)x->out[k] * x->out[k];
+    float add = (float)(16 * sqrt(e / (double)(o->rows * o->cols + !o->rows)));
+    for (size_t t0 = 0; t0 < o->rows; t0 += KG_TILE) {
+        size_t i = inj_unchecked_line(p->row_in, t0, o->rows);
+        for (size_t u0 = 0; u0 < o->cols; u0 += KG_TILE) x->out[i * o->cols + inj_unchecked_line(col_in, u0, o->cols)] += add;
+    }
+    free(col_in);
+}
+
+/* The tilepos fault's unfit hook: NULL if case c is a gemm or grouped case
+ * of unquantized operands (the checksum gate sums those). */
+static const char *inj_unfit_checksum(const struct kcase *c)
+{
+    return strcmp(c->op->name, "attn") == 0 || c->qfmt != Q_NONE
+               ? "needs a gemm or grouped case of f32, f16 or bf16 (the checksum gate sums those)" : NULL;
+}
+
 static const struct inject INJECTS[] = {
     { "tile", "worst-tile", "the middle output tile zeroed", INJ_VALUES, inj_tile, NULL },
     { "tail", "allclose", "the last (partial) tile wrong", INJ_VALUES, inj_tail, NULL },
@@ -173,6 +210,8 @@ static const struct inject INJECTS[] = {
       inj_unfit_segments },
     { "small-row", "worst-tile", "the output row of least magnitude zeroed (on scaled inputs it weighs nothing in "
       "its tile)", INJ_VALUES, inj_small_row, inj_unfit_products },
+    { "tilepos", "checksum", "one element per tile, off the checked rows and columns, 16 x the output's rms off",
+      INJ_VALUES, inj_tilepos, inj_unfit_checksum },
     { "round", "rounding", "the fp32 to 16-bit output conversion truncates (round toward zero)", INJ_VALUES,
       product_inj_round, product_inj_round_unfit },
     { "mask", "allclose", "the causal mask shifted by one key", INJ_VALUES, attn_inj_mask, attn_inj_unfit },

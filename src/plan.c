@@ -78,6 +78,8 @@ struct refs {
     float *lpu_r, *lpu_c;         /* products: the same before that rounding (NULL otherwise) */
     double *hp_r, *hp_c;          /* low precision: the unquantised product (NULL otherwise) */
     float *tc_r, *tc_c;           /* low precision: the fp8 tensor cores' sums (ref.c's ACC_TC8), rounded */
+    double *sum_r, *sum_c;        /* products of unquantized operands: every row's and column's exact sum */
+    double *slack_r, *slack_c;    /* ... and what fp32 accumulation may lose of it (product_sums); else NULL */
     double ref_s, lp_s;           /* seconds each took; lp_s < 0: computed with ref */
 };
 
@@ -130,4 +132,8 @@ static void refs_free(struct refs *f)
     free(f->hp_c);
     free(f->tc_r);
     free(f->tc_c);
+    free(f->sum_r);
+    free(f->sum_c);
+    free(f->slack_r);
+    free(f->slack_c);
 }

@@ -533,12 +533,72 @@ static void product_refs_part(struct refs *f, const struct output *o, const stru
     free(local);
 }
 
+/* What one fp32 operation of a kernel's accumulation may lose, as a share
+ * of the sum of |terms| so far: fp32's unit roundoff 2^-24 times 8.  A
+ * scalar FMA loses 2^-24.  A tensor core adds a block of n exact products
+ * to its accumulator aligned to their largest exponent, truncating each
+ * addend and the result (Fasi et al., "Numerical behavior of NVIDIA tensor
+ * cores", PeerJ CS 2021): at most n + 2 truncations of 2^-23 per block,
+ * 2^-22 a term for n >= 2. */
+#define SUM_ACC_UNIT 0x1p-21
+
+/* gamma_K = K·u / (1 - K·u) for K terms at SUM_ACC_UNIT: an element's sum
+ * lies within gamma_K · sum |x||y| of the exact one, in any order; infinity
+ * when K·u reaches 1/2 (no useful bound). */
+static double product_gamma(size_t k)
+{
+    double ku = (double)k * SUM_ACC_UNIT;
+    return ku < 0.5 ? ku / (1 - ku) : INFINITY;
+}
+
+/* Block pt's share of every row's and column's sum, exact products summed
+ * in double: sum_r and slack_r of its rows (from pt->row0) are set, sum_c
+ * and slack_c (cols of them) added to; slack is product_gamma(inner) times
+ * the same sums of |x||y|.  Rows: x·(y·1); columns: (1ᵀx)·y. */
+static void product_sums_part(const struct part *pt, size_t cols, double *sum_r, double *slack_r, double *sum_c,
+                              double *slack_c)
+{
+    size_t K = pt->inner;
+    double gamma = product_gamma(K), *v = xcalloc(4 * K + 1, sizeof *v);
+    double *ys = v, *ya = v + K, *xs = v + 2 * K, *xa = v + 3 * K;
+    for (size_t k = 0; k < K; k++)
+        for (size_t j = 0; j < cols; j++) ys[k] += pt->y[k * cols + j], ya[k] += fabs(pt->y[k * cols + j]);
+    for (size_t i = 0; i < pt->rows; i++) {
+        const float *x = pt->x + i * K;
+        double s = 0, a = 0;
+        for (size_t k = 0; k < K; k++) s += x[k] * ys[k], a += fabs(x[k]) * ya[k], xs[k] += x[k], xa[k] += fabs(x[k]);
+        sum_r[pt->row0 + i] = s, slack_r[pt->row0 + i] = gamma * a;
+    }
+    for (size_t k = 0; k < K; k++)
+        for (size_t j = 0; j < cols; j++)
+            sum_c[j] += xs[k] * pt->y[k * cols + j], slack_c[j] += gamma * xa[k] * fabs(pt->y[k * cols + j]);
+    free(v);
+}
+
+/* Every row's and column's exact sum of product output o, and its
+ * accumulation slack, into f (the checksum gate's); left NULL when a block
+ * has quantized operands: the fp8 tensor cores align their sums to 13
+ * bits, which bounds an element only by about 2% of sum |x||y|. */
+static void product_sums(struct refs *f, const struct output *o)
+{
+    for (size_t i = 0; i < o->nparts; i++)
+        if (o->parts[i].q) return;
+    f->sum_r = xcalloc(o->rows + 1, sizeof(double)), f->slack_r = xcalloc(o->rows + 1, sizeof(double));
+    f->sum_c = xcalloc(o->cols + 1, sizeof(double)), f->slack_c = xcalloc(o->cols + 1, sizeof(double));
+    for (size_t i = 0; i < o->nparts; i++)
+        product_sums_part(&o->parts[i], o->cols, f->sum_r, f->slack_r, f->sum_c, f->slack_c);
+}
+
 /* The op row's reference hook of a product output (gemm, grouped, low
- * precision): block by block on plan p (product_refs_part). */
+ * precision): block by block on plan p (product_refs_part), then every
+ * row's and column's sum (product_sums). */
 static void product_reference(struct run *r, int o, const struct plan *p, struct refs *f)
 {
     const struct output *out = &r->out[o];
     for (size_t i = 0; i < out->nparts; i++) product_refs_part(f, out, &out->parts[i], p, &f->ref_s, &f->lp_s);
+    double t0 = now_s();
+    product_sums(f, out);
+    f->ref_s += now_s() - t0;
 }
 
 /* --- its planted fault --- */

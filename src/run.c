@@ -71,6 +71,7 @@ struct inject_ctx {
     struct run *r;
     int oi;                       /* the output's index */
     const struct output *o;
+    const struct plan *plan;      /* its check plan (INJ_VALUES, INJ_RAW) */
     float *out;                   /* rows x cols, decoded */
     unsigned char *raw;           /* the storage with its guard bands, as read back */
     double atol;

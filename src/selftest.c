@@ -236,6 +236,7 @@ static const char *st_case_for(const struct inject *inj)
 {
     if (strcmp(inj->name, "group") == 0) return "grouped --dtype bf16 --groups 0,77,1,130,0 --shape 96x70 --bwd";
     if (strcmp(inj->name, "small-row") == 0) return "gemm --dtype bf16 --layout NN --shape 300x260x333 --inputs scaled";
+    if (strcmp(inj->name, "tilepos") == 0) return "gemm --dtype bf16 --layout NN --shape 1500x1500x1000";   /* sampled */
     if (strcmp(inj->name, "mask") == 0) return "attn --dtype bf16 --seq 113:203 --heads 4:2 --dim 64 --causal --bwd";
     if (inj->unfit == q_inj_unfit) return "gemm --dtype e4m3 --scaling block --shape 300x260x300";
     if (inj->unfit == q_inj_index_unfit) return "gemm --dtype e4m3 --scaling row --shape 300x260x300";
