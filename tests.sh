@@ -57,6 +57,19 @@ one_line() {
     if [ "$n" -eq 1 ]; then ok "$1: one line: $(cat "$tmp/err")"
     else bad "$1: stderr has $n lines: $(head -c 400 "$tmp/err")"; fi
 }
+# Fault $1 planted in each case after $2 (CPU, one run): exit 1, and on each output one failure line,
+# "    FAIL $2" (a grep pattern); with $sampled set, stderr must match it too (the check was a sample).
+alone_on_each() {
+    local kind=$1 line=$2 c n m o; shift 2
+    for c in "$@"; do
+        expect 1 "--inject $kind, $c" $K $c --device cpu --repeat 1 --inject $kind
+        n=$(grep -c "^    FAIL $line" "$tmp/out"); m=$(grep -c "^    FAIL" "$tmp/out")
+        o=$(sed -n 's/^kgate: 1 case, \([0-9]*\) outputs\{0,1\}: .*/\1/p' "$tmp/out")
+        [ "$n" -eq "$o" ] && [ "$m" -eq "$n" ] && ok "--inject $kind, $c: ${line%% *} alone fails, on each of its $o outputs" \
+            || bad "--inject $kind, $c: $n ${line%% *} failures, $m failures, $o outputs"
+        [ -z "${sampled:-}" ] || has "$tmp/err" "$sampled" "--inject $kind, $c: a sampled check"
+    done
+}
 
 echo "== build: gcc and clang, -Wall -Wextra -Werror"
 if make -s clean && make -s CFLAGS="-O2 -Werror" >"$tmp/build" 2>&1; then ok "gcc build, no warnings"
@@ -425,15 +438,10 @@ for c in "gemm --dtype bf16 --layout NN --shape 1023x1025x1021 --inputs scaled" 
 done
 # Every row's and column's sum is checked over all its elements (checksum): one element per tile, off the
 # checked rows and columns, 16 x the output's rms off (--inject tilepos) passes every other gate.
-for c in "gemm --dtype bf16 --layout NN --shape 1500x1500x1000" "gemm --dtype f32 --layout TN --shape 1300x1300x1300" \
-         "grouped --dtype f16 --groups 0,700,1,1300,0,900 --shape 1024x1024" "gemm --dtype f16 --shape 2100x1100x1000 --bwd"; do
-    expect 1 "--inject tilepos, $c" $K $c --device cpu --repeat 1 --inject tilepos
-    n=$(grep -c "^    FAIL checksum (check): worst \(row\|column\) [0-9]*: sum .*, exact .*, off by .*, allowed " "$tmp/out")
-    m=$(grep -c "^    FAIL" "$tmp/out"); o=$(sed -n 's/^kgate: 1 case, \([0-9]*\) outputs\{0,1\}: .*/\1/p' "$tmp/out")
-    [ "$n" -eq "$o" ] && [ "$m" -eq "$n" ] && ok "--inject tilepos, $c: checksum alone fails, on each of its $o outputs" \
-        || bad "--inject tilepos, $c: $n checksum failures, $m failures, $o outputs"
-    has "$tmp/err" "references on [0-9]* of [0-9]* elements \(tile-covering sample\)" "--inject tilepos, $c: a sampled check"
-done
+sampled="references on [0-9]* of [0-9]* elements \(tile-covering sample\)" \
+alone_on_each tilepos "checksum (check): worst \(row\|column\) [0-9]*: sum .*, exact .*, off by .*, allowed " \
+    "gemm --dtype bf16 --layout NN --shape 1500x1500x1000" "gemm --dtype f32 --layout TN --shape 1300x1300x1300" \
+    "grouped --dtype f16 --groups 0,700,1,1300,0,900 --shape 1024x1024" "gemm --dtype f16 --shape 2100x1100x1000 --bwd"
 expect 0 "checksum: a clean sampled gemm" $K gemm --device cpu --dtype bf16 --layout NN --shape 1500x1500x1000 --repeat 1 --json
 python3 -c 'import json,sys
 g=json.loads(open(sys.argv[1]).read())["outputs"][0]["gates"]["checksum"]
@@ -451,13 +459,12 @@ expect 2 "--inject small-row on attn" $K attn --device cpu --seq 64 --heads 2 --
 one_line "--inject small-row on attn"
 # The inputs' guard bands are checked after every run too (in-bounds): a store through an input's
 # pointer past its end.  --inject input-outside plants one such byte, as read back, in the arm it targets.
-for c in "gemm --shape 64x48x40 --bwd" "attn --seq 64:80 --heads 2:1 --dim 16 --causal --bwd" "grouped --dtype mxfp8 --groups 0,65,1 --shape 70x96"; do
-    expect 1 "--inject input-outside, $c" $K $c --device cpu --repeat 1 --inject input-outside
-    n=$(grep -c "^    FAIL in-bounds (check): 0 bytes of the [0-9]*-byte guard bands before and after the output were written, and 1 of the inputs' guard bands$" "$tmp/out")
-    m=$(grep -c "^    FAIL" "$tmp/out"); o=$(sed -n 's/^kgate: 1 case, \([0-9]*\) outputs\{0,1\}: .*/\1/p' "$tmp/out")
-    [ "$n" -eq "$o" ] && [ "$m" -eq "$n" ] && ok "--inject input-outside, $c: in-bounds alone fails, on each of its $o outputs" \
-        || bad "--inject input-outside, $c: $n in-bounds failures, $m failures, $o outputs"
-done
+IO=("gemm --shape 64x48x40 --bwd" "attn --seq 64:80 --heads 2:1 --dim 16 --causal --bwd" "grouped --dtype mxfp8 --groups 0,65,1 --shape 70x96")
+G0="in-bounds (check): 0 bytes of the [0-9]*-byte guard bands before and after the output were written"
+alone_on_each input-outside "$G0, 1 of the inputs' guard bands, and 0 of the inputs themselves$" "${IO[@]}"
+# ... and their contents too: a store through an input's pointer inside it (--inject input-inside: one bit
+# of the first input's middle byte, as read back).
+alone_on_each input-inside "$G0, 0 of the inputs' guard bands, and 1 of the inputs themselves (the first: byte [0-9]* of input 1, in upload order)$" "${IO[@]}"
 expect 1 "compare --inject input-outside" $K compare gemm --device cpu --shape 64x48x40 --variant io -D X=1 --rounds 2 \
     --inject input-outside --ledger "$tmp/io.ledger"
 [ "$(grep -c " pass " "$tmp/out")" -eq 2 ] && [ "$(grep -c "FAIL in-bounds (check)" "$tmp/out")" -eq 1 ] \
@@ -2256,8 +2263,8 @@ ATTN = {"--heads": (lambda: C(["1", "2", "4", "4:2", "4:1", "2:1", "3", "3:1", "
                     ["0", "-1", "nan", "inf", "-inf", "1e308", "1e-308", "1e38", "4.9e-324", "0x1p-3"])}
 OPS = {"gemm": GEMM, "grouped": GROUPED, "attn": ATTN}
 REQUIRED = {"gemm": ["--shape"], "grouped": ["--groups", "--shape"], "attn": ["--heads", "--dim", "--seq"]}
-INJECT = ["tile", "tail", "nan", "bias", "drop", "row", "unwritten", "outside", "group", "small-row", "tilepos",
-          "mask", "race", "round", "scale", "quant", "scale-index", "precision"]
+INJECT = ["tile", "tail", "nan", "bias", "drop", "row", "unwritten", "outside", "input-outside", "input-inside",
+          "group", "small-row", "tilepos", "mask", "race", "round", "scale", "quant", "scale-index", "precision"]
 def why(): return C(["a reason", "bf16 accumulate", "\u00e9t\u00e9"])
 RUN = {
     "--seed": (lambda: C(["0", "1", "7", "42", "12345"]), ["18446744073709551615", BIG, "-1", "1e3", "0x2a"]),

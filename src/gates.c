@@ -46,7 +46,7 @@ struct gate_in {
     double q_gate;                /* low precision: the format's SNR gate, dB (0: not low precision) */
     const char *trades;           /* --trades-precision: why the baseline rule is waived */
     const struct graphcheck *graph;
-    size_t in_outside;            /* the inputs' guard-band bytes no longer 0xff (run_input_guards_written) */
+    const struct inputs_check *in;   /* what the launches did to the inputs (run_inputs_written) */
 };
 
 /* Error sums of one tile or one segment. */
@@ -630,9 +630,15 @@ static void gate_sign_bias(const struct stats *s, const struct gate_in *g, struc
 static void gate_in_bounds(const struct stats *s, const struct gate_in *g, struct verdict *v)
 {
     (void)s;
-    v->value = (double)(g->outside + g->in_outside), v->limit = 0, v->pass = g->outside + g->in_outside == 0;
-    snprintf(v->detail, sizeof v->detail, "%zu bytes of the %zu-byte guard bands before and after the "
-             "output were written, and %zu of the inputs' guard bands", g->outside, 2 * g->o->guard, g->in_outside);
+    const struct inputs_check *in = g->in;
+    size_t n = g->outside + in->band + in->changed;
+    v->value = (double)n, v->limit = 0, v->pass = n == 0;
+    int k = snprintf(v->detail, sizeof v->detail, "%zu bytes of the %zu-byte guard bands before and after the "
+                     "output were written, %zu of the inputs' guard bands, and %zu of the inputs themselves",
+                     g->outside, 2 * g->o->guard, in->band, in->changed);
+    if (in->changed)
+        snprintf(v->detail + k, sizeof v->detail - (size_t)k, " (the first: byte %zu of input %d, in upload order)",
+                 in->first_at, in->first_in + 1);
 }
 
 /* bias: the mean signed error within 6 spreads of the mean (catches a small
@@ -1069,7 +1075,7 @@ static void gate_output(struct run *r, int o, struct result *res, unsigned char 
     struct gate_in g = { &r->out[o], &res->plan, &res->refs, out, unwritten, outside, r->out[o].dt,
                          gate_rtol(r, o), res->atol, gate_base_atol(r, o), r->inputs_nonzero, r->c->inputs, &res->rep,
                          r->q, r->q ? QFMTS[r->q->f].snr_gate : 0, r->o->trades_precision, &res->graph,
-                         run_input_guards_written(r) };
+                         run_inputs_written(r) };
     free(res->s.tiles);
     free(res->s.segs);
     stats_compute(&res->s, &g);

@@ -72,6 +72,13 @@ static void inj_input_outside(struct inject_ctx *x)
     x->raw[0] = 0;
 }
 
+/* Flip the lowest bit of a byte in the middle of the case's first input,
+ * as read back (a kernel that stores through an input's pointer). */
+static void inj_input_inside(struct inject_ctx *x)
+{
+    x->raw[0] ^= 1;
+}
+
 /* Flip the lowest bit of the middle element (applied to repeated runs only:
  * a run that differs from the first, as a race makes it). */
 static void inj_race(struct inject_ctx *x)
@@ -205,6 +212,8 @@ static const struct inject INJECTS[] = {
     { "unwritten", "written", "the middle row left unwritten", INJ_RAW, inj_unwritten, NULL },
     { "outside", "in-bounds", "one element written past the end of the output", INJ_RAW, inj_outside, NULL },
     { "input-outside", "in-bounds", "one byte written past the end of the first input", INJ_INGUARD, inj_input_outside,
+      NULL },
+    { "input-inside", "in-bounds", "one bit flipped in the middle of the first input", INJ_INPUT, inj_input_inside,
       NULL },
     { "group", "group", "one group's (sequence's) rows scaled by 1+2^-5", INJ_VALUES, inj_group,
       inj_unfit_segments },

@@ -86,6 +86,7 @@ enum inj_stage {
     INJ_VALUES,   /* on the decoded values of every check */
     INJ_RAW,      /* on the storage bytes of every check */
     INJ_INGUARD,  /* on the first input's trailing guard band as read back, at every check */
+    INJ_INPUT,    /* on the first input's middle byte as read back, at every check */
     INJ_REPEAT,   /* on the storage bytes of the repeated runs (--repeat) only */
     INJ_LAUNCH,   /* in the launch path, before each launch's kernels are queued */
     INJ_GRAPH,    /* on the storage bytes of the graph replay (--graph) only */
@@ -123,7 +124,10 @@ struct run {
     int ndev;
     uint64_t in_base[MAX_OWNED];  /* inputs (run_dev_input): each buffer's first guard band */
     size_t in_bytes[MAX_OWNED];   /* ... and the bytes between its two bands */
+    unsigned char *in_copy[MAX_OWNED];   /* ... and, when kgate uploaded them, those bytes (owned), else NULL */
     int nin;
+    unsigned long launches;       /* run_exec calls so far */
+    struct inputs_check { unsigned long at; size_t band, changed; int first_in; size_t first_at; } in_check;
     int inputs_nonzero;           /* every input has max|x| > 0 */
     struct attn_case *attn;       /* attn cases: geometry, inputs, statistics */
     struct qrun *q;               /* low-precision cases: operands, scales, the quantize stage */
@@ -165,14 +169,24 @@ static uint64_t run_dev_input(struct run *r, size_t bytes)
     uint64_t p = run_dev(r, bytes + 2 * IN_GUARD_BYTES);
     dev_fill(r->d, p, 0xff, IN_GUARD_BYTES);
     dev_fill(r->d, p + IN_GUARD_BYTES + bytes, 0xff, IN_GUARD_BYTES);
-    r->in_base[r->nin] = p, r->in_bytes[r->nin] = bytes, r->nin++;
+    r->in_base[r->nin] = p, r->in_bytes[r->nin] = bytes, r->in_copy[r->nin] = NULL, r->nin++;
     return p + IN_GUARD_BYTES;
+}
+
+/* Upload `bytes` of raw to the newest input buffer (run_dev_input, at p),
+ * keeping raw (malloc'd; the run owns it now) as what the input must still
+ * hold at every check (run_inputs_written). */
+static void run_input_set(struct run *r, uint64_t p, unsigned char *raw, size_t bytes)
+{
+    dev_upload(r->d, p, raw, bytes);
+    r->in_copy[r->nin - 1] = raw;
 }
 
 static void run_release(struct run *r)
 {
     for (int i = 0; i < r->nhost; i++) free(r->host[i]);
     for (int i = 0; i < r->ndev; i++) dev_free(r->d, r->dev[i]);
+    for (int i = 0; i < r->nin; i++) free(r->in_copy[i]);
     r->nhost = r->ndev = r->nin = 0;
 }
 
@@ -313,19 +327,18 @@ static uint64_t run_upload(struct run *r, const float *v, size_t n, enum dtype t
     struct store_job j = { v, n, t, xmalloc(bytes) };
     par_for((n + RUN_CHUNK - 1) / RUN_CHUNK, store_item, &j);
     uint64_t p = run_dev_input(r, bytes);
-    dev_upload(r->d, p, j.raw, bytes);
-    free(j.raw);
+    run_input_set(r, p, j.raw, bytes);
     return p;
 }
 
-/* Upload n whole numbers as a device int array. */
+/* Upload n whole numbers as a device int array (between guard bands:
+ * run_dev_input; a read past its end gives -1). */
 static uint64_t run_upload_ints(struct run *r, const uint32_t *v, size_t n)
 {
-    int32_t *tmp = xmalloc(n * sizeof *tmp);
+    int32_t *tmp = xmalloc(n * sizeof *tmp + 1);
     for (size_t i = 0; i < n; i++) tmp[i] = (int32_t)v[i];
-    uint64_t p = run_dev(r, n * sizeof *tmp);
-    dev_upload(r->d, p, tmp, n * sizeof *tmp);
-    free(tmp);
+    uint64_t p = run_dev_input(r, n * sizeof *tmp);
+    run_input_set(r, p, (unsigned char *)tmp, n * sizeof *tmp);
     return p;
 }
 
@@ -334,7 +347,9 @@ static uint64_t run_upload_ints(struct run *r, const uint32_t *v, size_t n)
 static uint64_t run_upload_bytes(struct run *r, const void *v, size_t n)
 {
     uint64_t p = run_dev_input(r, n);
-    dev_upload(r->d, p, v, n);
+    unsigned char *raw = xmalloc(n + 1);
+    memcpy(raw, v, n);
+    run_input_set(r, p, raw, n);
     return p;
 }
 
@@ -464,26 +479,71 @@ static const struct inject *run_inject(const struct run *r, enum inj_stage stage
     return inj && inj->stage == stage ? inj : NULL;
 }
 
-/* Bytes of the inputs' guard bands (run_dev_input) that no longer hold
- * 0xff: a kernel that wrote past the end of an input, or before its start
- * (the in-bounds gate counts them with the output's own).  A fault planted
- * at INJ_INGUARD is applied to the first input's trailing band as read. */
-static size_t run_input_guards_written(struct run *r)
+/* Bytes of input i's two guard bands (run_dev_input) that no longer hold
+ * 0xff: a kernel that wrote past its end or before its start; the bands
+ * are poisoned again, so that later launches are judged on their own.  A
+ * fault planted at INJ_INGUARD is applied to the first input's trailing
+ * band as read. */
+static size_t run_input_band_written(struct run *r, int i)
 {
     unsigned char *band = xmalloc(IN_GUARD_BYTES);
     const struct inject *inj = run_inject(r, INJ_INGUARD);
     size_t n = 0;
-    for (int i = 0; i < r->nin; i++)
-        for (int side = 0; side < 2; side++) {
-            dev_download(r->d, band, r->in_base[i] + (side ? IN_GUARD_BYTES + r->in_bytes[i] : 0), IN_GUARD_BYTES);
-            if (inj && i == 0 && side == 1) {
-                struct inject_ctx ix = { .r = r, .raw = band };
-                inj->apply(&ix);
-            }
-            for (size_t k = 0; k < IN_GUARD_BYTES; k++) n += band[k] != 0xff;
+    for (int side = 0; side < 2; side++) {
+        uint64_t at = r->in_base[i] + (side ? IN_GUARD_BYTES + r->in_bytes[i] : 0);
+        size_t was = n;
+        dev_download(r->d, band, at, IN_GUARD_BYTES);
+        if (inj && i == 0 && side == 1) {
+            struct inject_ctx ix = { .r = r, .raw = band };
+            inj->apply(&ix);
         }
+        for (size_t k = 0; k < IN_GUARD_BYTES; k++) n += band[k] != 0xff;
+        if (n > was) dev_fill(r->d, at, 0xff, IN_GUARD_BYTES);
+    }
     free(band);
     return n;
+}
+
+/* Bytes of input i that differ from what kgate uploaded (0 for a buffer it
+ * did not upload: a kernel's scratch), the first one's offset in *first;
+ * the input is uploaded again, so that later launches read what they
+ * should.  A fault planted at INJ_INPUT is applied to the input as read. */
+static size_t run_input_changed(struct run *r, int i, size_t *first)
+{
+    if (!r->in_copy[i]) return 0;
+    size_t n = r->in_bytes[i], changed = 0;
+    unsigned char *now = xmalloc(n + 1);
+    dev_download(r->d, now, r->in_base[i] + IN_GUARD_BYTES, n);
+    const struct inject *inj = run_inject(r, INJ_INPUT);
+    if (inj && i == 0 && n) {
+        struct inject_ctx ix = { .r = r, .raw = now + n / 2 };
+        inj->apply(&ix);
+    }
+    if (memcmp(now, r->in_copy[i], n) != 0)
+        for (size_t k = n; k-- > 0;)
+            if (now[k] != r->in_copy[i][k]) changed++, *first = k;
+    if (changed) dev_upload(r->d, r->in_base[i] + IN_GUARD_BYTES, r->in_copy[i], n);
+    free(now);
+    return changed;
+}
+
+/* What the launches since the run began did to the inputs: guard-band
+ * bytes written and bytes changed (the in-bounds gate counts both); read
+ * from the device once per launch count, so the outputs of one check share
+ * it. */
+static const struct inputs_check *run_inputs_written(struct run *r)
+{
+    struct inputs_check *c = &r->in_check;
+    if (c->at == r->launches + 1) return c;
+    memset(c, 0, sizeof *c);
+    c->at = r->launches + 1, c->first_in = -1;
+    for (int i = 0; i < r->nin; i++) {
+        size_t first = 0, n = run_input_changed(r, i, &first);
+        c->band += run_input_band_written(r, i);
+        if (n && c->first_in < 0) c->first_in = i, c->first_at = first;
+        c->changed += n;
+    }
+    return c;
 }
 
 /* Whether launches run on the graph path now: --graph on a GPU, outside the
@@ -503,6 +563,7 @@ static void run_exec(struct run *r, int slot, void (*fn)(struct run *, int), int
     struct device *d = r->d;
     const struct inject *inj = run_inject(r, INJ_LAUNCH);
     struct inject_ctx ix = { .r = r, .oi = arg };
+    r->launches++;
     if (!run_graph_path(r)) {
         if (inj) inj->apply(&ix);
         fn(r, arg);
