@@ -461,10 +461,10 @@ one_line "--inject small-row on attn"
 # pointer past its end.  --inject input-outside plants one such byte, as read back, in the arm it targets.
 IO=("gemm --shape 64x48x40 --bwd" "attn --seq 64:80 --heads 2:1 --dim 16 --causal --bwd" "grouped --dtype mxfp8 --groups 0,65,1 --shape 70x96")
 G0="in-bounds (check): 0 bytes of the [0-9]*-byte guard bands before and after the output were written"
-alone_on_each input-outside "$G0, 1 of the inputs' guard bands, and 0 of the inputs themselves$" "${IO[@]}"
+alone_on_each input-outside "$G0, 1 of the guard bands of the inputs and scratch buffers, and 0 of the inputs themselves$" "${IO[@]}"
 # ... and their contents too: a store through an input's pointer inside it (--inject input-inside: one bit
 # of the first input's middle byte, as read back).
-alone_on_each input-inside "$G0, 0 of the inputs' guard bands, and 1 of the inputs themselves (the first: byte [0-9]* of input 1, in upload order)$" "${IO[@]}"
+alone_on_each input-inside "$G0, 0 of the guard bands of the inputs and scratch buffers, and 1 of the inputs themselves (the first: byte [0-9]* of input 1, in upload order)$" "${IO[@]}"
 expect 1 "compare --inject input-outside" $K compare gemm --device cpu --shape 64x48x40 --variant io -D X=1 --rounds 2 \
     --inject input-outside --ledger "$tmp/io.ledger"
 [ "$(grep -c " pass " "$tmp/out")" -eq 2 ] && [ "$(grep -c "FAIL in-bounds (check)" "$tmp/out")" -eq 1 ] \

@@ -196,11 +196,11 @@ static void attn_prepare(struct run *r)
     a->in.dout = attn_input(r, 4, a->tq, hq, ATTN_DO_GAIN);
     a->d_do = run_upload(r, a->in.dout, a->tq * hq * d, t);
     run_keep(r, "dO", a->in.dout, 'f', 3, a->tq, hq, d);
-    a->dsum = run_dev(r, a->tq * hq * sizeof(float) + 4);
+    a->dsum = run_dev_input(r, a->tq * hq * sizeof(float) + 4);   /* scratch between guard bands */
     if (r->d->kind != DEV_CPU && d <= 128) {   /* made before any launch: a graph may capture the first */
         a->nslab = (int)(a->tq / ATTN_FB_ROWS + B + 1);
-        a->dq_slabs = run_dev(r, attn_slab_bytes(a));
-        a->dq_locks = run_dev(r, hq * (size_t)a->nslab * sizeof(int));
+        a->dq_slabs = run_dev_input(r, attn_slab_bytes(a));
+        a->dq_locks = run_dev_input(r, hq * (size_t)a->nslab * sizeof(int));
     }
     o = run_output(r, "dQ", t, a->tq, hq * d, (int64_t)(hq * d), 1);
     o->flops = 10 * pairs, o->check_macs = 3 * pairs, o->head_dim = (unsigned)d, o->grad = 1;

@@ -634,7 +634,8 @@ static void gate_in_bounds(const struct stats *s, const struct gate_in *g, struc
     size_t n = g->outside + in->band + in->changed;
     v->value = (double)n, v->limit = 0, v->pass = n == 0;
     int k = snprintf(v->detail, sizeof v->detail, "%zu bytes of the %zu-byte guard bands before and after the "
-                     "output were written, %zu of the inputs' guard bands, and %zu of the inputs themselves",
+                     "output were written, %zu of the guard bands of the inputs and scratch buffers, and %zu of "
+                     "the inputs themselves",
                      g->outside, 2 * g->o->guard, in->band, in->changed);
     if (in->changed)
         snprintf(v->detail + k, sizeof v->detail - (size_t)k, " (the first: byte %zu of input %d, in upload order)",

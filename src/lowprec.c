@@ -228,8 +228,8 @@ static void q_operand(struct run *r, struct qoperand *op, const char *name, int 
     op->d_codes = run_upload_bytes(r, op->codes, op->code_bytes);
     op->d_scales = run_upload_bytes(r, q->rule == QR_AMAX ? (void *)op->s : (void *)op->e8, sbytes);
     op->d_master = run_upload(r, op->master, batch * rows * K, DT_F32);
-    op->d_qcodes = run_dev(r, op->code_bytes);
-    op->d_qscales = run_dev(r, sbytes);
+    op->d_qcodes = run_dev_input(r, op->code_bytes);   /* the quantize stage's outputs, between guard bands */
+    op->d_qscales = run_dev_input(r, sbytes);
     q_keep(r, op, id == 1);
 }
 

@@ -162,8 +162,9 @@ static size_t output_middle_byte(const struct output *o)
     return o->guard + (size_t)at * DTYPES[o->dt].bytes;
 }
 
-/* A device buffer of `bytes` for an input, between its guard bands
- * (IN_GUARD_BYTES each, filled with 0xff); returns its start. */
+/* A device buffer of `bytes` for an input or a kernel's scratch, between
+ * its guard bands (IN_GUARD_BYTES each, filled with 0xff); returns its
+ * start. */
 static uint64_t run_dev_input(struct run *r, size_t bytes)
 {
     uint64_t p = run_dev(r, bytes + 2 * IN_GUARD_BYTES);
