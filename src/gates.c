@@ -393,8 +393,8 @@ static void stats_sums(struct stats *s, const struct gate_in *g)
     for (size_t l = 0; l < R + C; l++) {
         int by_limit;
         double exact = l < R ? g->f->sum_r[l] : g->f->sum_c[l - R], all = sums_allowance(g, s, l, store[l], &by_limit);
-        if (!isfinite(sum[l]) || !isfinite(all)) { s->sums_nonfinite += !isfinite(sum[l]); continue; }
-        double off = fabs(sum[l] - exact), ratio = all > 0 ? off / all : (off > 0 ? INFINITY : 0);
+        if (!isfinite(sum[l])) { s->sums_nonfinite++; continue; }
+        double off = fabs(sum[l] - exact), ratio = all > 0 ? off / all : (off > 0 ? INFINITY : 0);   /* all: inf when unbounded */
         s->sums_lines++;
         if (s->sums_line < 0 || ratio > s->sums_ratio)
             s->sums_line = (long)l, s->sums_ratio = ratio, s->sums_out = sum[l], s->sums_exact = exact,

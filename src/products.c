@@ -567,11 +567,13 @@ static void product_sums_part(const struct part *pt, size_t cols, double *sum_r,
         const float *x = pt->x + i * K;
         double s = 0, a = 0;
         for (size_t k = 0; k < K; k++) s += x[k] * ys[k], a += fabs(x[k]) * ya[k], xs[k] += x[k], xa[k] += fabs(x[k]);
-        sum_r[pt->row0 + i] = s, slack_r[pt->row0 + i] = gamma * a;
+        sum_r[pt->row0 + i] = s, slack_r[pt->row0 + i] = a > 0 ? gamma * a : 0;
     }
     for (size_t k = 0; k < K; k++)
-        for (size_t j = 0; j < cols; j++)
-            sum_c[j] += xs[k] * pt->y[k * cols + j], slack_c[j] += gamma * xa[k] * fabs(pt->y[k * cols + j]);
+        for (size_t j = 0; j < cols; j++) {
+            double t = xa[k] * fabs(pt->y[k * cols + j]);   /* 0 stays 0 when gamma is unbounded */
+            sum_c[j] += xs[k] * pt->y[k * cols + j], slack_c[j] += t > 0 ? gamma * t : 0;
+        }
     free(v);
 }
 
