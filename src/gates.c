@@ -363,15 +363,18 @@ static double sums_store_allow(enum dtype t, double v)
  * lesser of two bounds on |sum of out - exact sum| that a kernel within the
  * gates meets.  Arithmetic: the accumulation's slack (product_sums) plus
  * sums_store_allow of each element, `store`; in any fp32 summation.  The
- * same-precision limit (> 0) times the line's length: a line beyond it
- * holds an element beyond that limit, which the gate holds every checked
- * element to.  *by_limit: the second was the lesser. */
+ * same-precision limit (> 0) times the line's length, on a full plan
+ * only: a line beyond it holds an element beyond that limit, which the gate
+ * then holds every element to.  On a sample the limit is the checked
+ * elements' maximum, and an unchecked element larger than all of them may
+ * round by more (a review's repro: scaled 6x512x1048576, seed 34).
+ * *by_limit: the second was the lesser. */
 static double sums_allowance(const struct gate_in *g, const struct stats *s, size_t l, double store, int *by_limit)
 {
     size_t R = g->o->rows;
     double arith = store + (l < R ? g->f->slack_r[l] : g->f->slack_c[l - R]);
     double limit = (2.0 * s->max_lp_err + s->floor) * (double)(l < R ? g->o->cols : R);
-    *by_limit = limit > 0 && limit < arith;
+    *by_limit = g->p->full && limit > 0 && limit < arith;
     return *by_limit ? limit : arith;
 }
 

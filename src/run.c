@@ -523,7 +523,7 @@ static size_t run_input_changed(struct run *r, int i, size_t *first)
     if (memcmp(now, r->in_copy[i], n) != 0)
         for (size_t k = n; k-- > 0;)
             if (now[k] != r->in_copy[i][k]) changed++, *first = k;
-    if (changed) dev_upload(r->d, r->in_base[i] + IN_GUARD_BYTES, r->in_copy[i], n);
+    if (changed) dev_upload(r->d, r->in_base[i] + IN_GUARD_BYTES, r->in_copy[i], n), dev_sync(r->d);
     free(now);
     return changed;
 }
