@@ -94,6 +94,7 @@ enum {
 #include "src/inject.c"   /* planted faults */
 #include "src/ops.c"      /* the op table; cases from the command line and shapes files */
 #include "src/timer.c"    /* the timer (run after the gates); rounds of compare and noise */
+#include "src/stats.c"    /* one output's statistics against its references, in one pass */
 #include "src/gates.c"    /* the gates; checking one output */
 #include "src/dump.c"     /* --dump: inputs, outputs and references as .npy for an oracle */
 #include "src/worker.c"   /* cases in a watched worker process: a fault or a hang costs one case */
