@@ -206,7 +206,7 @@ static int time_case(struct run *r, struct result *res, int have_refs, int idx, 
         if (r->out[k].launch != k) continue;
         if (progress)
             fprintf(progress, "[%d/%d] %s %s: timing\n", idx, total, r->c->label, r->out[k].name);
-        time_arms(r, k, &r->d->arm, 1, 0, &res[k].t);
+        time_arms(r, k, &r->d->arm, 1, 0, r->inject_off ? -1 : 0, &res[k].t);
         for (int j = 0; j < r->nout && have_refs; j++) {
             if (r->out[j].launch != k) continue;
             gate_output(r, j, &res[j], NULL, "re-check after timing");
@@ -285,6 +285,25 @@ static void record_geometry(struct run *r, struct arm_case *ac)
     dev_sync(r->d);
 }
 
+/* What the interleaved timing of several arms did to the inputs, read
+ * before their re-checks (and undone: run_inputs_written), so that each
+ * arm's re-check is judged on its own launches alone.  Writes that name no
+ * arm fail the case: returns 0 after one line on stderr if the timed
+ * launches wrote into an input or its guard bands. */
+static int timing_left_inputs(struct run *r)
+{
+    int off = r->inject_off;
+    r->inject_off = 1;   /* the read belongs to no arm: no planted fault */
+    const struct inputs_check *in = run_inputs_written(r);
+    r->inject_off = off;
+    if (!in->band && !in->changed) return 1;
+    fprintf(stderr, "kgate: %s: the timed launches wrote into the inputs (bytes of guard bands: %zu, of inputs: "
+            "%zu; the first %s %s); the re-checks below name the arm that does it again, if one does; the case "
+            "fails\n", r->c->label, in->band, in->changed, in->changed ? "in" : "around",
+            in->names[in->changed ? in->changed_in : in->band_in]);
+    return 0;
+}
+
 /* Time the arms in rd->n rounds; in each, every timed launch of every arm
  * is sampled interleaved (time_arms, the first arm rotating per round).
  * Round i's ratios: the candidate's summed medians over the reference's
@@ -296,16 +315,16 @@ static int time_rounds(struct run *r, struct arm_case *ac, int narms, struct rou
                        int idx, int total, FILE *progress)
 {
     struct arm *arms[TIMER_MAX_ARMS];
-    int nout = r->nout, n = rd->n;
+    int nout = r->nout, n = rd->n, inj_arm = -1;
     struct timing *t = xcalloc((size_t)(narms * nout * n), sizeof *t);
-    for (int a = 0; a < narms; a++) arms[a] = ac[a].arm;
+    for (int a = 0; a < narms; a++) arms[a] = ac[a].arm, inj_arm = ac[a].inject_target ? a : inj_arm;
     for (int i = 0; i < n; i++) {
         if (progress) fprintf(progress, "[%d/%d] %s: timing, round %d of %d\n", idx, total, r->c->label, i + 1, n);
         double tot[TIMER_MAX_ARMS] = { 0 };
         for (int k = 0; k < nout; k++) {
             if (r->out[k].launch != k) continue;
             struct timing tr[TIMER_MAX_ARMS];
-            time_arms(r, k, arms, narms, i % narms, tr);
+            time_arms(r, k, arms, narms, i % narms, inj_arm, tr);
             for (int a = 0; a < narms; a++) t[(a * nout + k) * n + i] = tr[a], tot[a] += tr[a].median_us;
         }
         rd->ratio[i] = rd->cand >= 0 ? tot[rd->cand] / tot[0] : NAN;
@@ -328,7 +347,8 @@ static int time_rounds(struct run *r, struct arm_case *ac, int narms, struct rou
         rounds_spread(rd->ratio, n, &rd->ratio_med, &rd->ratio_lo, &rd->ratio_hi);
         rd->verdict = rounds_verdict(rd);
     }
-    int pass = 1;
+    rd->inputs_written = !timing_left_inputs(r);
+    int pass = !rd->inputs_written;
     for (int a = 0; a < narms; a++) {
         if (!have_refs) continue;
         gate_arm(r, &ac[a], 1, "re-check after timing", idx, total, progress);
@@ -442,7 +462,7 @@ static int run_arms(const struct kcase *c, struct device *d, const struct opts *
         }
     report_arms(&r, ac, narms, rd, pass);
     if (lg) ledger_write_case(lg, &r, ac, narms, rd, pass);
-    tl->cases++, tl->cases_failed += !pass;
+    tl->cases++, tl->cases_failed += !pass, tl->timing_wrote += rd && rd->inputs_written;
     int isa_failed = 0;
     for (int a = 0; a < narms; a++) isa_failed |= ac[a].isa_checked && !ac[a].isa_pass;
     tl->isa_failed += isa_failed;

@@ -461,15 +461,35 @@ one_line "--inject small-row on attn"
 # pointer past its end.  --inject input-outside plants one such byte, as read back, in the arm it targets.
 IO=("gemm --shape 64x48x40 --bwd" "attn --seq 64:80 --heads 2:1 --dim 16 --causal --bwd" "grouped --dtype mxfp8 --groups 0,65,1 --shape 70x96")
 G0="in-bounds (check): 0 bytes of the [0-9]*-byte guard bands before and after the output were written"
-alone_on_each input-outside "$G0, 1 of the guard bands of the inputs and scratch buffers, and 0 of the inputs themselves$" "${IO[@]}"
+# Each names the first buffer hit (gemm's A, attention's Q, grouped's group offsets: upload order).
+IN_FIRST=(A Q "group offsets")
+for i in 0 1 2; do
+    alone_on_each input-outside "$G0, 1 of the guard bands of the inputs and scratch buffers, and 0 of the inputs themselves (the first band written: around ${IN_FIRST[i]})$" "${IO[i]}"
+done
 # ... and their contents too: a store through an input's pointer inside it (--inject input-inside: one bit
 # of the first input's middle byte, as read back).
-alone_on_each input-inside "$G0, 0 of the guard bands of the inputs and scratch buffers, and 1 of the inputs themselves (the first: byte [0-9]* of input 1, in upload order)$" "${IO[@]}"
+for i in 0 1 2; do
+    alone_on_each input-inside "$G0, 0 of the guard bands of the inputs and scratch buffers, and 1 of the inputs themselves (the first byte changed: byte [0-9]* of ${IN_FIRST[i]})$" "${IO[i]}"
+done
 expect 1 "compare --inject input-outside" $K compare gemm --device cpu --shape 64x48x40 --variant io -D X=1 --rounds 2 \
     --inject input-outside --ledger "$tmp/io.ledger"
 [ "$(grep -c " pass " "$tmp/out")" -eq 2 ] && [ "$(grep -c "FAIL in-bounds (check)" "$tmp/out")" -eq 1 ] \
     && ok "compare --inject input-outside: the candidate fails in-bounds, the reference and its copy pass" \
     || bad "compare --inject input-outside: $(grep -E ' pass |FAIL' "$tmp/out" | cut -c1-80)"
+# A write past an input by the timed launches alone (--inject input-timed): one arm's re-check after
+# timing fails in-bounds; in a compare the interleaved timing names no arm, so the case fails with a
+# line that says so, and the arms' re-checks pass (before 2026-12-05 the first arm re-checked, the
+# reference, was blamed).
+expect 1 "--inject input-timed" $K gemm --device cpu --shape 64x48x40 --inject input-timed
+has "$tmp/out" "^    FAIL in-bounds \(re-check after timing\): .*, 1 of the guard bands of the inputs and scratch buffers, and 0 of the inputs themselves \(the first band written: around A\)$" \
+    "--inject input-timed: the re-check after timing fails in-bounds, around A"
+expect 1 "compare --inject input-timed" $K compare gemm --device cpu --shape 64x48x40 --variant it -D X=1 --rounds 2 \
+    --inject input-timed --ledger "$tmp/it.ledger"
+[ "$(grep -c " pass " "$tmp/out")" -eq 3 ] && ! grep -q FAIL "$tmp/out" \
+    && ok "compare --inject input-timed: no arm is blamed (three passes)" || bad "compare --inject input-timed: $(grep -E ' pass |FAIL' "$tmp/out" | cut -c1-80)"
+has "$tmp/err" "^kgate: gemm bf16 NT 64x48x40: the timed launches wrote into the inputs \(bytes of guard bands: [1-9][0-9]*, of inputs: 0; the first around A\); .* the case fails$" \
+    "compare --inject input-timed: the case fails, with a line that names the buffer"
+has "$tmp/out" "; 1 case failed: the timed launches wrote into the inputs;" "compare --inject input-timed: the summary counts it"
 # Off a sample's checked elements, a NaN or inf passes only in a row whose checked reference holds
 # the same: 9000 rows that see no key, -inf in every head of LSE (sampled), pass; one NaN does not,
 # though the checked -inf are many (it passed before 2026-12-05: want > 0 let anything through).
@@ -2264,7 +2284,7 @@ ATTN = {"--heads": (lambda: C(["1", "2", "4", "4:2", "4:1", "2:1", "3", "3:1", "
 OPS = {"gemm": GEMM, "grouped": GROUPED, "attn": ATTN}
 REQUIRED = {"gemm": ["--shape"], "grouped": ["--groups", "--shape"], "attn": ["--heads", "--dim", "--seq"]}
 INJECT = ["tile", "tail", "nan", "bias", "drop", "row", "unwritten", "outside", "input-outside", "input-inside",
-          "group", "small-row", "tilepos", "mask", "race", "round", "scale", "quant", "scale-index", "precision"]
+          "input-timed", "group", "small-row", "tilepos", "mask", "race", "round", "scale", "quant", "scale-index", "precision"]
 def why(): return C(["a reason", "bf16 accumulate", "\u00e9t\u00e9"])
 RUN = {
     "--seed": (lambda: C(["0", "1", "7", "42", "12345"]), ["18446744073709551615", BIG, "-1", "1e3", "0x2a"]),

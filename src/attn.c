@@ -178,10 +178,10 @@ static void attn_prepare(struct run *r)
     run_keep(r, "Q", a->in.q, 'f', 3, a->tq, hq, d);
     run_keep(r, "K", a->in.k, 'f', 3, a->tk, hkv, d);
     run_keep(r, "V", a->in.v, 'f', 3, a->tk, hkv, d);
-    a->d_q = run_upload(r, a->in.q, a->tq * hq * d, t);
-    a->d_k = run_upload(r, a->in.k, a->tk * hkv * d, t);
-    a->d_v = run_upload(r, a->in.v, a->tk * hkv * d, t);
-    a->dcu_q = run_upload_ints(r, cu_q, B + 1), a->dcu_k = run_upload_ints(r, cu_k, B + 1);
+    a->d_q = run_upload(r, "Q", a->in.q, a->tq * hq * d, t);
+    a->d_k = run_upload(r, "K", a->in.k, a->tk * hkv * d, t);
+    a->d_v = run_upload(r, "V", a->in.v, a->tk * hkv * d, t);
+    a->dcu_q = run_upload_ints(r, "cu_seqlens_q", cu_q, B + 1), a->dcu_k = run_upload_ints(r, "cu_seqlens_k", cu_k, B + 1);
     double pairs = attn_pairs(&a->g) * (double)hq * (double)d;
     struct output *o = run_output(r, "O", t, a->tq, hq * d, (int64_t)(hq * d), 1);
     o->flops = 4 * pairs, o->check_macs = 2 * pairs, o->head_dim = (unsigned)d;
@@ -194,13 +194,13 @@ static void attn_prepare(struct run *r)
     a->dq_out = a->dk_out = a->dv_out = -1;
     if (!c->bwd) return;
     a->in.dout = attn_input(r, 4, a->tq, hq, ATTN_DO_GAIN);
-    a->d_do = run_upload(r, a->in.dout, a->tq * hq * d, t);
+    a->d_do = run_upload(r, "dO", a->in.dout, a->tq * hq * d, t);
     run_keep(r, "dO", a->in.dout, 'f', 3, a->tq, hq, d);
-    a->dsum = run_dev_input(r, a->tq * hq * sizeof(float) + 4);   /* scratch between guard bands */
+    a->dsum = run_scratch(r, "Dsum", a->tq * hq * sizeof(float) + 4);
     if (r->d->kind != DEV_CPU && d <= 128) {   /* made before any launch: a graph may capture the first */
         a->nslab = (int)(a->tq / ATTN_FB_ROWS + B + 1);
-        a->dq_slabs = run_dev_input(r, attn_slab_bytes(a));
-        a->dq_locks = run_dev_input(r, hq * (size_t)a->nslab * sizeof(int));
+        a->dq_slabs = run_scratch(r, "dQ slabs", attn_slab_bytes(a));
+        a->dq_locks = run_scratch(r, "dQ locks", hq * (size_t)a->nslab * sizeof(int));
     }
     o = run_output(r, "dQ", t, a->tq, hq * d, (int64_t)(hq * d), 1);
     o->flops = 10 * pairs, o->check_macs = 3 * pairs, o->head_dim = (unsigned)d, o->grad = 1;

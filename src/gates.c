@@ -182,9 +182,12 @@ static void gate_in_bounds(const struct stats *s, const struct gate_in *g, struc
                      "output were written, %zu of the guard bands of the inputs and scratch buffers, and %zu of "
                      "the inputs themselves",
                      g->outside, 2 * g->o->guard, in->band, in->changed);
-    if (in->changed)
-        snprintf(v->detail + k, sizeof v->detail - (size_t)k, " (the first: byte %zu of input %d, in upload order)",
-                 in->first_at, in->first_in + 1);
+    if (in->band && k > 0 && (size_t)k < sizeof v->detail)
+        k += snprintf(v->detail + k, sizeof v->detail - (size_t)k, " (the first band written: around %s)",
+                      in->names[in->band_in]);
+    if (in->changed && k > 0 && (size_t)k < sizeof v->detail)
+        snprintf(v->detail + k, sizeof v->detail - (size_t)k, " (the first byte changed: byte %zu of %s)",
+                 in->changed_at, in->names[in->changed_in]);
 }
 
 /* bias: the mean signed error within 6 spreads of the mean (catches a small

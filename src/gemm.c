@@ -51,7 +51,7 @@ static void gemm_prepare_16(struct run *r)
     int at = c->layout[0] == 'T', bt = c->layout[1] == 'T';
     float *a_st = run_input(r, 1, at ? in_gemm(K, M) : in_gemm(M, K), t);
     float *b_st = run_input(r, 2, bt ? in_gemm(N, K) : in_gemm(K, N), t);
-    uint64_t da = run_upload(r, a_st, M * K, t), db = run_upload(r, b_st, K * N, t);
+    uint64_t da = run_upload(r, "A", a_st, M * K, t), db = run_upload(r, "B", b_st, K * N, t);
     run_keep(r, "A", a_st, 'f', 2, at ? K : M, at ? M : K, 0);
     run_keep(r, "B", b_st, 'f', 2, bt ? N : K, bt ? K : N, 0);
     int64_t a_sm = at ? 1 : (int64_t)K, a_sk = at ? (int64_t)M : 1;   /* A[m][k] strides */
@@ -64,7 +64,7 @@ static void gemm_prepare_16(struct run *r)
     product_part(o, 0, 0, M, K, a, b);
     if (!c->bwd) return;
     float *dc = run_input(r, 3, in_gemm(M, N), t);
-    uint64_t ddc = run_upload(r, dc, M * N, t);
+    uint64_t ddc = run_upload(r, "dC", dc, M * N, t);
     run_keep(r, "dC", dc, 'f', 2, M, N, 0);
     const float *a_t = at ? a_st : run_transpose(r, a_st, M, K);      /* K x M */
     const float *b_t = bt ? b_st : run_transpose(r, b_st, K, N);      /* N x K */

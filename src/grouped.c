@@ -70,7 +70,7 @@ static void grouped_prepare_16(struct run *r)
     size_t M = offs[G];
     float *a = run_input(r, 1, in_gemm(M, K), t);
     float *b_st = run_input(r, 2, bt ? in_stacked(G, N, K) : in_stacked(G, K, N), t);
-    uint64_t da = run_upload(r, a, M * K, t), db = run_upload(r, b_st, G * K * N, t);
+    uint64_t da = run_upload(r, "A", a, M * K, t), db = run_upload(r, "B", b_st, G * K * N, t);
     run_keep(r, "A", a, 'f', 2, M, K, 0);
     run_keep(r, "B", b_st, 'f', 3, G, bt ? N : K, bt ? K : N);
     int64_t b_sk = bt ? 1 : (int64_t)N, b_sn = bt ? (int64_t)K : 1, b_sg = (int64_t)(K * N);
@@ -82,7 +82,7 @@ static void grouped_prepare_16(struct run *r)
     for (size_t g = 0; g < G; g++) product_part(o, g, offs[g], c->lens[g], K, a + offs[g] * K, b + g * K * N);
     if (!c->bwd) return;
     float *dc = run_input(r, 3, in_gemm(M, N), t);
-    uint64_t ddc = run_upload(r, dc, M * N, t);
+    uint64_t ddc = run_upload(r, "dC", dc, M * N, t);
     run_keep(r, "dC", dc, 'f', 2, M, N, 0);
     const float *b_t = bt ? b_st : run_transpose_blocks(r, b_st, G, K, N);   /* canonical [G][N][K] */
     o = product_output(r, "dA", M, K, (int64_t)K, 1, G,

@@ -72,6 +72,15 @@ static void inj_input_outside(struct inject_ctx *x)
     x->raw[0] = 0;
 }
 
+/* Write one zero byte into the first input's trailing guard band on the
+ * device (after each timed launch: a kernel that writes past an input only
+ * when launched back to back, as a race might). */
+static void inj_input_timed(struct inject_ctx *x)
+{
+    struct run *r = x->r;
+    dev_fill(r->d, r->in_base[0] + IN_GUARD_BYTES + r->in_bytes[0], 0, 1);
+}
+
 /* Flip the lowest bit of a byte in the middle of the case's first input,
  * as read back (a kernel that stores through an input's pointer). */
 static void inj_input_inside(struct inject_ctx *x)
@@ -215,6 +224,8 @@ static const struct inject INJECTS[] = {
       NULL },
     { "input-inside", "in-bounds", "one bit flipped in the middle of the first input", INJ_INPUT, inj_input_inside,
       NULL },
+    { "input-timed", "in-bounds", "one byte written past the end of the first input by each timed launch alone",
+      INJ_TIMED_INPUT, inj_input_timed, NULL },
     { "group", "group", "one group's (sequence's) rows scaled by 1+2^-5", INJ_VALUES, inj_group,
       inj_unfit_segments },
     { "small-row", "worst-tile", "the output row of least magnitude zeroed (on scaled inputs it weighs nothing in "

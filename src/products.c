@@ -36,7 +36,8 @@ static struct groups product_groups(struct run *r)
         offs[g + 1] = offs[g] + c->lens[g];
         tile_offs[g + 1] = tile_offs[g] + (c->lens[g] + 63) / 64;
     }
-    return (struct groups){ offs, tile_offs, run_upload_ints(r, offs, G + 1), run_upload_ints(r, tile_offs, G + 1) };
+    return (struct groups){ offs, tile_offs, run_upload_ints(r, "group offsets", offs, G + 1),
+                            run_upload_ints(r, "tile offsets", tile_offs, G + 1) };
 }
 
 /* Segments, launch arrays and launch fields shared by a grouped case's
@@ -222,11 +223,11 @@ static struct pack_plan sm90_pack_plan(const struct prod_launch *L, size_t es, s
 }
 
 /* Scratch of `bytes` for L's packed copies, between guard bands as inputs
- * are (run_dev_input), filled with 0xff: the band between the copies and
+ * are (run_buffer), filled with 0xff: the band between the copies and
  * every byte they leave unwritten read as NaN. */
 static void sm90_pack_scratch(struct run *r, struct prod_launch *L, size_t bytes)
 {
-    L->dpack = run_dev_input(r, bytes);
+    L->dpack = run_scratch(r, "sm90 packing", bytes);
     L->dpack_bytes = bytes;
     dev_fill(r->d, L->dpack, 0xff, bytes);
 }

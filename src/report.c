@@ -4,7 +4,10 @@
  * lowprec.c. */
 
 /* Tallies of a whole command, for the last line and the exit code. */
-struct tally { int cases, cases_failed, cases_skipped, outputs, outputs_failed, isa_failed, faulted, hung, dumped; };
+struct tally {
+    int cases, cases_failed, cases_skipped, outputs, outputs_failed, isa_failed, faulted, hung, dumped;
+    int timing_wrote;             /* cases whose timed launches wrote into the inputs (their arms' gates passed) */
+};
 
 /* Output o's rate from its timed median: TFLOP/s and % of the device's
  * peak (pct_peak < 0: not known). */
@@ -684,6 +687,9 @@ static void report_tally(FILE *f, const struct tally *tl, const struct lost *los
             tl->outputs - tl->outputs_failed, tl->outputs_failed);
     if (tl->cases_skipped) fprintf(f, "; %d case%s skipped", tl->cases_skipped, tl->cases_skipped == 1 ? "" : "s");
     if (tl->isa_failed) fprintf(f, "; %d case%s failed --expect", tl->isa_failed, tl->isa_failed == 1 ? "" : "s");
+    if (tl->timing_wrote)
+        fprintf(f, "; %d case%s failed: the timed launches wrote into the inputs", tl->timing_wrote,
+                tl->timing_wrote == 1 ? "" : "s");
     fprintf(f, "; %.1f s\n", wall_s);
 }
 

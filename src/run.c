@@ -51,6 +51,7 @@ struct output {
 
 #define MAX_OUT 6
 #define MAX_OWNED 32
+#define IN_NAME 32                /* bytes of an input buffer's name, its NUL included */
 #define GUARD_BYTES 4096
 /* Inputs sit between two bands of 0xff bytes (NaN in f32, f16, bf16, OCP
  * fp8 and E8M0): a kernel that reads past an input's end or before its
@@ -92,6 +93,7 @@ enum inj_stage {
     INJ_GRAPH,    /* on the storage bytes of the graph replay (--graph) only */
     INJ_DIGEST,   /* on a copy of the first run's storage bytes, after the gates: its digest alone (node runs) */
     INJ_TIMED,    /* in the timer: each timed launch runs again (node runs: a slow device) */
+    INJ_TIMED_INPUT,   /* in the timer, after each timed launch: on the device, the first input's trailing band */
     INJ_WORKER,   /* in the launch path, before the kernels: the worker dies (a faulting device) */
 };
 
@@ -122,12 +124,19 @@ struct run {
     int nhost;
     uint64_t dev[MAX_OWNED];      /* device buffers, owned */
     int ndev;
-    uint64_t in_base[MAX_OWNED];  /* inputs (run_dev_input): each buffer's first guard band */
+    uint64_t in_base[MAX_OWNED];  /* inputs (run_buffer): each buffer's first guard band */
     size_t in_bytes[MAX_OWNED];   /* ... and the bytes between its two bands */
     unsigned char *in_copy[MAX_OWNED];   /* ... and, when kgate uploaded them, those bytes (owned), else NULL */
+    char in_name[MAX_OWNED][IN_NAME];  /* ... and each one's name in messages ("A", "offsets", "scratch Dsum") */
     int nin;
     unsigned long launches;       /* run_exec calls so far */
-    struct inputs_check { unsigned long at; size_t band, changed; int first_in; size_t first_at; } in_check;
+    struct inputs_check {         /* run_inputs_written: bytes the launches wrote where they must not */
+        unsigned long at;         /* ... as of launch at - 1 */
+        size_t band, changed;     /* guard-band bytes of inputs and scratch; bytes of the inputs */
+        int band_in, changed_in;  /* the first buffer with each (an index of in_name), -1 if none */
+        size_t changed_at;        /* ... and the changed one's first byte */
+        const char (*names)[IN_NAME];  /* the buffers' names (in_name) */
+    } in_check;
     int inputs_nonzero;           /* every input has max|x| > 0 */
     struct attn_case *attn;       /* attn cases: geometry, inputs, statistics */
     struct qrun *q;               /* low-precision cases: operands, scales, the quantize stage */
@@ -162,25 +171,31 @@ static size_t output_middle_byte(const struct output *o)
     return o->guard + (size_t)at * DTYPES[o->dt].bytes;
 }
 
-/* A device buffer of `bytes` for an input or a kernel's scratch, between
- * its guard bands (IN_GUARD_BYTES each, filled with 0xff); returns its
- * start. */
-static uint64_t run_dev_input(struct run *r, size_t bytes)
+/* A device buffer of `bytes` named `name` (in messages) for an input or a
+ * kernel's scratch, between its guard bands (IN_GUARD_BYTES each, filled
+ * with 0xff).  With raw (malloc'd; the run owns it now) the buffer is an
+ * input: raw is uploaded into it and kept as what it must still hold at
+ * every check (run_inputs_written); without, scratch.  Returns its start. */
+static uint64_t run_buffer(struct run *r, const char *name, size_t bytes, unsigned char *raw)
 {
+    if (r->nin == MAX_OWNED) die(EXIT_DEVICE, "internal: too many input buffers");
     uint64_t p = run_dev(r, bytes + 2 * IN_GUARD_BYTES);
     dev_fill(r->d, p, 0xff, IN_GUARD_BYTES);
     dev_fill(r->d, p + IN_GUARD_BYTES + bytes, 0xff, IN_GUARD_BYTES);
-    r->in_base[r->nin] = p, r->in_bytes[r->nin] = bytes, r->in_copy[r->nin] = NULL, r->nin++;
+    if (raw) dev_upload(r->d, p + IN_GUARD_BYTES, raw, bytes);
+    int i = r->nin++;
+    r->in_base[i] = p, r->in_bytes[i] = bytes, r->in_copy[i] = raw;
+    snprintf(r->in_name[i], sizeof r->in_name[i], "%s", name);
     return p + IN_GUARD_BYTES;
 }
 
-/* Upload `bytes` of raw to the newest input buffer (run_dev_input, at p),
- * keeping raw (malloc'd; the run owns it now) as what the input must still
- * hold at every check (run_inputs_written). */
-static void run_input_set(struct run *r, uint64_t p, unsigned char *raw, size_t bytes)
+/* A kernel's scratch buffer of `bytes`, named "scratch <name>", between
+ * guard bands (run_buffer); returns its start. */
+static uint64_t run_scratch(struct run *r, const char *name, size_t bytes)
 {
-    dev_upload(r->d, p, raw, bytes);
-    r->in_copy[r->nin - 1] = raw;
+    char full[IN_NAME];
+    snprintf(full, sizeof full, "scratch %.23s", name);
+    return run_buffer(r, full, bytes, NULL);
 }
 
 static void run_release(struct run *r)
@@ -320,38 +335,32 @@ static void store_item(void *ctx, size_t c)
     for (size_t i = c * RUN_CHUNK; i < i1; i++) dt_store(j->t, j->raw, i, j->v[i]);
 }
 
-/* Upload float values (exactly representable in t) as dtype t; returns the
- * device buffer (between guard bands: run_dev_input). */
-static uint64_t run_upload(struct run *r, const float *v, size_t n, enum dtype t)
+/* Upload float values (exactly representable in t) as dtype t, input
+ * `name`; returns the device buffer (between guard bands: run_buffer). */
+static uint64_t run_upload(struct run *r, const char *name, const float *v, size_t n, enum dtype t)
 {
     size_t bytes = n * DTYPES[t].bytes;
-    struct store_job j = { v, n, t, xmalloc(bytes) };
+    struct store_job j = { v, n, t, xmalloc(bytes + 1) };
     par_for((n + RUN_CHUNK - 1) / RUN_CHUNK, store_item, &j);
-    uint64_t p = run_dev_input(r, bytes);
-    run_input_set(r, p, j.raw, bytes);
-    return p;
+    return run_buffer(r, name, bytes, j.raw);
 }
 
-/* Upload n whole numbers as a device int array (between guard bands:
- * run_dev_input; a read past its end gives -1). */
-static uint64_t run_upload_ints(struct run *r, const uint32_t *v, size_t n)
+/* Upload n whole numbers as a device int array, input `name` (between
+ * guard bands: run_buffer; a read past its end gives -1). */
+static uint64_t run_upload_ints(struct run *r, const char *name, const uint32_t *v, size_t n)
 {
     int32_t *tmp = xmalloc(n * sizeof *tmp + 1);
     for (size_t i = 0; i < n; i++) tmp[i] = (int32_t)v[i];
-    uint64_t p = run_dev_input(r, n * sizeof *tmp);
-    run_input_set(r, p, (unsigned char *)tmp, n * sizeof *tmp);
-    return p;
+    return run_buffer(r, name, n * sizeof *tmp, (unsigned char *)tmp);
 }
 
-/* Upload n raw bytes (fp8 and MX codes, scales); returns the device buffer
- * (between guard bands: run_dev_input). */
-static uint64_t run_upload_bytes(struct run *r, const void *v, size_t n)
+/* Upload n raw bytes (fp8 and MX codes, scales), input `name`; returns the
+ * device buffer (between guard bands: run_buffer). */
+static uint64_t run_upload_bytes(struct run *r, const char *name, const void *v, size_t n)
 {
-    uint64_t p = run_dev_input(r, n);
     unsigned char *raw = xmalloc(n + 1);
     memcpy(raw, v, n);
-    run_input_set(r, p, raw, n);
-    return p;
+    return run_buffer(r, name, n, raw);
 }
 
 /* The transposes' work on all CPUs (par_for): item i is row block
@@ -480,7 +489,7 @@ static const struct inject *run_inject(const struct run *r, enum inj_stage stage
     return inj && inj->stage == stage ? inj : NULL;
 }
 
-/* Bytes of input i's two guard bands (run_dev_input) that no longer hold
+/* Bytes of input i's two guard bands (run_buffer) that no longer hold
  * 0xff: a kernel that wrote past its end or before its start; the bands
  * are poisoned again, so that later launches are judged on their own.  A
  * fault planted at INJ_INGUARD is applied to the first input's trailing
@@ -537,12 +546,12 @@ static const struct inputs_check *run_inputs_written(struct run *r)
     struct inputs_check *c = &r->in_check;
     if (c->at == r->launches + 1) return c;
     memset(c, 0, sizeof *c);
-    c->at = r->launches + 1, c->first_in = -1;
+    c->at = r->launches + 1, c->band_in = c->changed_in = -1, c->names = (const char (*)[IN_NAME])r->in_name;
     for (int i = 0; i < r->nin; i++) {
-        size_t first = 0, n = run_input_changed(r, i, &first);
-        c->band += run_input_band_written(r, i);
-        if (n && c->first_in < 0) c->first_in = i, c->first_at = first;
-        c->changed += n;
+        size_t first = 0, n = run_input_changed(r, i, &first), b = run_input_band_written(r, i);
+        if (n && c->changed_in < 0) c->changed_in = i, c->changed_at = first;
+        if (b && c->band_in < 0) c->band_in = i;
+        c->changed += n, c->band += b;
     }
     return c;
 }

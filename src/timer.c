@@ -73,7 +73,8 @@ static double time_one(struct run *r, int o, unsigned char flush_byte, void *pro
     struct device *d = r->d;
     dev_fill(d, d->flush, flush_byte, d->flush_bytes);
     run_poison(r, o);
-    const struct inject *slow = run_inject(r, INJ_TIMED);
+    const struct inject *slow = run_inject(r, INJ_TIMED);   /* the timer's faults (--inject) */
+    if (!slow) slow = run_inject(r, INJ_TIMED_INPUT);
     struct inject_ctx ix = { .r = r, .oi = o };
     if (d->kind == DEV_CPU) {
         double t0 = now_s();
@@ -177,9 +178,10 @@ static void timer_read_clocks(struct device *d, struct samples *s, int narms)
 /* Time launch o of each of the narms arms, interleaved (arm `first`, then
  * the next, ... A B A B ...), after a warm-up by time: samples until every
  * arm's median is known to the target RSE, or the wall-time cap is hit.
- * t[a] gets arm a's summary.  The outputs are left holding the last timed
+ * t[a] gets arm a's summary; --inject's fault goes into arm inj_arm's
+ * launches (-1: none).  The outputs are left holding the last timed
  * launch's result, of the last arm timed. */
-static void time_arms(struct run *r, int o, struct arm **arms, int narms, int first, struct timing *t)
+static void time_arms(struct run *r, int o, struct arm **arms, int narms, int first, int inj_arm, struct timing *t)
 {
     struct device *d = r->d;
     static struct samples s[TIMER_MAX_ARMS];
@@ -193,6 +195,7 @@ static void time_arms(struct run *r, int o, struct arm **arms, int narms, int fi
     if (d->kind == DEV_GPU)
         for (int i = 0; i < 2 || now_s() - start < TIMER_WARMUP_S; i++) {
             arm_use(d, arms[i % narms]);
+            r->inject_off = i % narms != inj_arm;
             time_one(r, o, 0, NULL, -1);
         }
     int cap_n = d->kind == DEV_GPU ? 3 : 1;   /* the CPU candidate's time is not the point */
@@ -201,6 +204,7 @@ static void time_arms(struct run *r, int o, struct arm **arms, int narms, int fi
         for (int j = 0; j < narms; j++) {
             int a = (first + j) % narms;
             arm_use(d, arms[a]);
+            r->inject_off = a != inj_arm;
             int slot = a * TIMER_MAX_SAMPLES + s[a].n;
             s[a].ms[s[a].n] = time_one(r, o, (unsigned char)(i + 1), s[a].probe, slot);
             s[a].n++;
@@ -253,6 +257,7 @@ struct rounds {
     double band;                  /* < 0: not known */
     long band_line;               /* > 0: the band was read from this ledger line */
     const char *verdict;          /* faster, parity, slower; NULL when not compared */
+    int inputs_written;           /* the timed launches wrote into the inputs (timing_left_inputs) */
 };
 
 /* The median, lowest and highest of n values (n >= 1). */
