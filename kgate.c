@@ -111,13 +111,13 @@ enum {
 /* The watchdog's limit on each launch of case r (seconds): --timeout, else
  * max(10 s, 100 x the expected time of its largest launch), expected at the
  * device's peak (1 TFLOP/s when it is not known) or, for the CPU
- * candidate, at 1 GFLOP/s. */
+ * candidate, at 1 GFLOP/s, and at most TIMEOUT_MAX_S (as --timeout). */
 static double launch_limit(const struct run *r)
 {
     if (r->o->timeout > 0) return r->o->timeout;
     double flops = 0, rate = r->d->kind == DEV_CPU ? 1e9 : r->c->dt == DT_F32 ? r->d->peak_f32 : r->d->peak_mma16;
     for (int k = 0; k < r->nout; k++) flops = fmax(flops, r->out[k].flops);
-    return fmax(10.0, 100.0 * flops / (rate > 0 ? rate : 1e12));
+    return fmin(TIMEOUT_MAX_S, fmax(10.0, 100.0 * flops / (rate > 0 ? rate : 1e12)));
 }
 
 /* Poison and launch every launch of the case (owners in order, their
@@ -196,9 +196,30 @@ static void graph_check(struct run *r, struct result *res, unsigned char **raw)
     }
 }
 
+/* What the timed launches did to the inputs, read before any re-check
+ * (and undone: run_inputs_written), so that a re-check is judged on its
+ * own launches alone: in a compare the arms' timed launches interleave and
+ * name no arm; a cached arm has no re-check.  Returns 0, after one line on
+ * stderr and with r->timed_wrote set, if they wrote into an input or its
+ * guard bands (the case fails). */
+static int timing_left_inputs(struct run *r)
+{
+    int off = r->inject_off;
+    r->inject_off = 1;   /* the read belongs to no arm: no planted fault */
+    const struct inputs_check *in = run_inputs_written(r);
+    r->inject_off = off;
+    if (!in->band && !in->changed) return 1;
+    fprintf(stderr, "kgate: %s: the timed launches wrote into the inputs (bytes of guard bands: %zu, of inputs: "
+            "%zu; the first %s %s); the case fails\n", r->c->label, in->band, in->changed,
+            in->changed ? "in" : "around", in->names[in->changed ? in->changed_in : in->band_in]);
+    r->timed_wrote = 1;
+    return 0;
+}
+
 /* Time every launch of a passed case on the current arm, then re-check its
- * outputs (when references were computed: have_refs): sets res[].t,
- * .timed, .tflops, .pct_peak; returns 0 if a re-check failed. */
+ * outputs (when references were computed: have_refs; else only the inputs,
+ * timing_left_inputs): sets res[].t, .timed, .tflops, .pct_peak; returns 0
+ * if a re-check failed. */
 static int time_case(struct run *r, struct result *res, int have_refs, int idx, int total, FILE *progress)
 {
     int pass = 1;
@@ -207,6 +228,7 @@ static int time_case(struct run *r, struct result *res, int have_refs, int idx, 
         if (progress)
             fprintf(progress, "[%d/%d] %s %s: timing\n", idx, total, r->c->label, r->out[k].name);
         time_arms(r, k, &r->d->arm, 1, 0, r->inject_off ? -1 : 0, &res[k].t);
+        if (!have_refs) pass &= timing_left_inputs(r);
         for (int j = 0; j < r->nout && have_refs; j++) {
             if (r->out[j].launch != k) continue;
             gate_output(r, j, &res[j], NULL, "re-check after timing");
@@ -285,32 +307,14 @@ static void record_geometry(struct run *r, struct arm_case *ac)
     dev_sync(r->d);
 }
 
-/* What the interleaved timing of several arms did to the inputs, read
- * before their re-checks (and undone: run_inputs_written), so that each
- * arm's re-check is judged on its own launches alone.  Writes that name no
- * arm fail the case: returns 0 after one line on stderr if the timed
- * launches wrote into an input or its guard bands. */
-static int timing_left_inputs(struct run *r)
-{
-    int off = r->inject_off;
-    r->inject_off = 1;   /* the read belongs to no arm: no planted fault */
-    const struct inputs_check *in = run_inputs_written(r);
-    r->inject_off = off;
-    if (!in->band && !in->changed) return 1;
-    fprintf(stderr, "kgate: %s: the timed launches wrote into the inputs (bytes of guard bands: %zu, of inputs: "
-            "%zu; the first %s %s); the re-checks below name the arm that does it again, if one does; the case "
-            "fails\n", r->c->label, in->band, in->changed, in->changed ? "in" : "around",
-            in->names[in->changed ? in->changed_in : in->band_in]);
-    return 0;
-}
-
 /* Time the arms in rd->n rounds; in each, every timed launch of every arm
  * is sampled interleaved (time_arms, the first arm rotating per round).
  * Round i's ratios: the candidate's summed medians over the reference's
  * (arm 0), and the A/A copy's.  Each arm's rows get the rounds merged.  The
  * band is max |A/A - 1| when a copy ran (else the caller's, from the
- * ledger).  Then every arm runs once more and, when references exist, is
- * re-checked.  Returns 0 if a re-check failed. */
+ * ledger).  Then the inputs are checked (timing_left_inputs: a write fails
+ * every arm) and every arm runs once more and, when
+ * references exist, is re-checked.  Returns 0 if either failed. */
 static int time_rounds(struct run *r, struct arm_case *ac, int narms, struct rounds *rd, int have_refs,
                        int idx, int total, FILE *progress)
 {
@@ -347,11 +351,10 @@ static int time_rounds(struct run *r, struct arm_case *ac, int narms, struct rou
         rounds_spread(rd->ratio, n, &rd->ratio_med, &rd->ratio_lo, &rd->ratio_hi);
         rd->verdict = rounds_verdict(rd);
     }
-    rd->inputs_written = !timing_left_inputs(r);
-    int pass = !rd->inputs_written;
+    int pass = timing_left_inputs(r);
     for (int a = 0; a < narms; a++) {
-        if (!have_refs) continue;
-        gate_arm(r, &ac[a], 1, "re-check after timing", idx, total, progress);
+        if (have_refs) gate_arm(r, &ac[a], 1, "re-check after timing", idx, total, progress);
+        ac[a].pass &= !r->timed_wrote;   /* no arm named: every arm's verdict fails, its gates' stands */
         pass &= ac[a].pass;
     }
     for (int a = 0; a < narms; a++)
@@ -450,7 +453,7 @@ static int run_arms(const struct kcase *c, struct device *d, const struct opts *
     } else if (pass && !o->untimed) {
         arm_use(d, ac[0].arm);
         pass = ac[0].pass = time_case(&r, ac[0].res, have_refs, idx, total, progress);
-        if (!pass) ac[0].gates_pass = 0;   /* the re-check after timing failed */
+        if (!pass && !r.timed_wrote) ac[0].gates_pass = 0;   /* the re-check after timing failed */
         for (int k = 0; k < r.nout && pass; k++)
             if (ac[0].res[k].timed) ac[0].total_us += ac[0].res[k].t.median_us;
     }
@@ -462,7 +465,7 @@ static int run_arms(const struct kcase *c, struct device *d, const struct opts *
         }
     report_arms(&r, ac, narms, rd, pass);
     if (lg) ledger_write_case(lg, &r, ac, narms, rd, pass);
-    tl->cases++, tl->cases_failed += !pass, tl->timing_wrote += rd && rd->inputs_written;
+    tl->cases++, tl->cases_failed += !pass, tl->timing_wrote += r.timed_wrote;
     int isa_failed = 0;
     for (int a = 0; a < narms; a++) isa_failed |= ac[a].isa_checked && !ac[a].isa_pass;
     tl->isa_failed += isa_failed;
@@ -767,17 +770,25 @@ static void lowp_options_need(const struct opts *o, int lowp, const char *none)
     if (o->trades_precision) die(EXIT_USAGE, "--trades-precision waives the low-precision SNR baseline rule; %s", none);
 }
 
-/* kgate all: every case of a shapes file (--shapes, default shapes.txt in
- * the current directory, else beside the binary).  --trades-precision and
- * --cpu-sums need a low-precision case among them (exit 2). */
+/* The cases of kgate all (n of them; the caller frees each and the array):
+ * every case of a shapes file (--shapes, default shapes.txt in the current
+ * directory, else beside the binary).  --trades-precision and --cpu-sums
+ * need a low-precision case among them (exit 2). */
+static struct kcase *all_cases(const struct opts *o, size_t *n)
+{
+    struct kcase *cases = ops_read_shapes(o->shapes_path ? o->shapes_path : default_shapes(), n);
+    int lowp = 0;
+    for (size_t i = 0; i < *n; i++) lowp |= cases[i].qfmt != Q_NONE;
+    lowp_options_need(o, lowp, "no case of the shapes file is low precision");
+    return cases;
+}
+
+/* kgate all: every case of all_cases. */
 static int cmd_all(const struct opts *o, const char *sub)
 {
     (void)sub;
     size_t n;
-    struct kcase *cases = ops_read_shapes(o->shapes_path ? o->shapes_path : default_shapes(), &n);
-    int lowp = 0;
-    for (size_t i = 0; i < n; i++) lowp |= cases[i].qfmt != Q_NONE;
-    lowp_options_need(o, lowp, "no case of the shapes file is low precision");
+    struct kcase *cases = all_cases(o, &n);
     int rc = cmd_run(cases, n, o);
     for (size_t i = 0; i < n; i++) case_free(&cases[i]);
     free(cases);
@@ -839,6 +850,52 @@ static void check_meaningful(const struct opts *o, const struct kcase *one)
     }
 }
 
+/* Whether device list `list` (A,B,...) names the CPU among its entries. */
+static int list_has_cpu(const char *list)
+{
+    for (const char *p = list; *p; p += *p == ',') {
+        size_t len = strcspn(p, ",");
+        if (len == 3 && strncmp(p, "cpu", 3) == 0) return 1;
+        p += len;
+    }
+    return 0;
+}
+
+/* Before a device list's entries start (node.c): exit 2 with one line on
+ * what each entry would refuse alike, so that bad input is not reported
+ * once per entry: --graph or --kernels with a CPU entry, the candidate's
+ * options and --kernels file, and the cases (one's, or the shapes file's
+ * for all) with their tolerance and --inject KIND. */
+static void node_precheck(const struct opts *o, const struct kcase *one)
+{
+    if (!(o->cmd_kind & (K_ALL | K_CASE))) return;   /* node_run refuses the command */
+    if ((o->graph || o->kernels_path) && list_has_cpu(o->device_list))
+        die(EXIT_USAGE, "%s: the device list's CPU entry has no GPU kernels to run (--device %s)",
+            o->graph ? "--graph" : "--kernels", shown(o->device_list));
+    struct arm a;
+    char *file;
+    arm_from_opts(&a, o, &file);
+    arm_free(&a);
+    free(file);
+    struct opts oc = *o;   /* --inject KIND@N: the cases are checked for KIND */
+    char kind[64];
+    if (o->inject) {
+        snprintf(kind, sizeof kind, "%.*s", (int)strcspn(o->inject, "@"), o->inject);
+        oc.inject = inject_find(kind) ? kind : NULL;   /* an unknown KIND: node_inject says so */
+        int repeat = o->repeat ? o->repeat : one ? 1 : DEFAULT_REPEAT_ALL_CPU;   /* each entry's default, at least */
+        if (oc.inject) inject_check_stage(inject_find(kind), repeat, o->graph);
+    }
+    if (one) {
+        cases_check(one, 1, &oc);
+        return;
+    }
+    size_t n;
+    struct kcase *cases = all_cases(o, &n);
+    cases_check(cases, n, &oc);
+    for (size_t i = 0; i < n; i++) case_free(&cases[i]);
+    free(cases);
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2) die(EXIT_USAGE, "no command given (kgate --help lists them)");
@@ -885,6 +942,7 @@ int main(int argc, char **argv)
     }
     check_meaningful(&o, op ? &one : NULL);
     if (o.device_list) {
+        node_precheck(&o, op ? &one : NULL);
         if (op) case_free(&one);
         return node_run(&o, argc, argv);
     }

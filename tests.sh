@@ -485,10 +485,15 @@ has "$tmp/out" "^    FAIL in-bounds \(re-check after timing\): .*, 1 of the guar
     "--inject input-timed: the re-check after timing fails in-bounds, around A"
 expect 1 "compare --inject input-timed" $K compare gemm --device cpu --shape 64x48x40 --variant it -D X=1 --rounds 2 \
     --inject input-timed --ledger "$tmp/it.ledger"
-[ "$(grep -c " pass " "$tmp/out")" -eq 3 ] && ! grep -q FAIL "$tmp/out" \
-    && ok "compare --inject input-timed: no arm is blamed (three passes)" || bad "compare --inject input-timed: $(grep -E ' pass |FAIL' "$tmp/out" | cut -c1-80)"
-has "$tmp/err" "^kgate: gemm bf16 NT 64x48x40: the timed launches wrote into the inputs \(bytes of guard bands: [1-9][0-9]*, of inputs: 0; the first around A\); .* the case fails$" \
+[ "$(grep -c " pass " "$tmp/out")" -eq 3 ] && [ "$(grep -c FAIL "$tmp/out")" -eq 1 ] \
+    && ok "compare --inject input-timed: no arm's gates are blamed (three passes)" || bad "compare --inject input-timed: $(grep -E ' pass |FAIL' "$tmp/out" | cut -c1-80)"
+has "$tmp/out" "^gemm bf16 NT 64x48x40 +- +FAIL +the timed launches wrote into the inputs \(stderr\); no arm named$" \
+    "compare --inject input-timed: the table's row for the case"
+has "$tmp/err" "^kgate: gemm bf16 NT 64x48x40: the timed launches wrote into the inputs \(bytes of guard bands: [1-9][0-9]*, of inputs: 0; the first around A\); the case fails$" \
     "compare --inject input-timed: the case fails, with a line that names the buffer"
+python3 -c 'import json,sys
+v=[json.loads(l)["verdict"] for l in open(sys.argv[1])]
+assert v == ["fail"] * 3, v' "$tmp/it.ledger" 2>"$tmp/py" && ok "compare --inject input-timed: each arm's ledger line says fail" || bad "input-timed ledger: $(cat "$tmp/py")"
 has "$tmp/out" "; 1 case failed: the timed launches wrote into the inputs;" "compare --inject input-timed: the summary counts it"
 # Off a sample's checked elements, a NaN or inf passes only in a row whose checked reference holds
 # the same: 9000 rows that see no key, -inf in every head of LSE (sampled), pass; one NaN does not,
@@ -2050,7 +2055,6 @@ done
 expect 0 "gemm --help" $K gemm --help
 has "$tmp/out" "^  --layout L " "gemm --help: the case options"
 has "$tmp/out" "^  --timeout S " "gemm --help: the run options"
-grep -q "^  --groups" "$tmp/out" && ok "gemm --help lists the case options (shared by the ops)" || bad "gemm --help lacks --groups"
 expect 2 "frob --help" $K frob --help
 # A command's help lists the run options it takes and no others (OPT_ROWS): the command,
 # an option its help must list, and (a regex) options it refuses, which it must not list.
@@ -2068,6 +2072,13 @@ expect 0 "gemm --help" $K gemm --help
 grep -q "^  --device N  " "$tmp/out" && bad "gemm --help shows isa's --device entry" || ok "gemm --help leaves out isa's --device entry"
 has "$tmp/out" "one --scaling, mx\)" "gemm --help: the MX dtypes' --scaling mx"
 help_takes selftest "--variant NAME" "repeat|inject|json"
+# ... and each op's help the case options of that op alone (before 2026-12-05 gemm's listed --heads);
+# compare and noise take any op's.
+help_takes gemm "--shape MxNxK" "groups|seq|batch|seqlens|heads|dim|causal|scale"
+help_takes grouped "--groups LIST" "seq|batch|seqlens|heads|dim|causal|scale"
+help_takes attn "--batch B" "layout|shape|groups"
+help_takes noise "--groups LIST" "cpu-sums"
+has "$tmp/out" "^  --heads Hq\[:Hkv\] " "noise --help lists attn's case options too"
 help_takes all "--cpu-sums fp32\|sm90a" "rounds"
 
 echo "== every GPU of a node: a device list on the CPU device (each entry its own kgate, compared)"
@@ -2146,11 +2157,18 @@ if [ $gpu -eq 0 ]; then
     expect 3 "--device all without a GPU runtime" $K gemm --shape 8x8x8 --device all
     one_line "--device all without a GPU runtime"
 fi
-for a in "--inject bitflip" "--inject bitflip@3" "--inject slow@x" "--inject frob@1" "--dump $tmp/nd" "--seeds 2"; do
+# What every entry would refuse alike is refused once, before any entry starts (before 2026-12-05 each
+# entry printed it, then the node table).
+for a in "--inject bitflip" "--inject bitflip@3" "--inject slow@x" "--inject frob@1" "--dump $tmp/nd" "--seeds 2" \
+         "--graph" "--kernels $tmp/no-such.hip" "--rtol 0.5" "--inject round@1 --dtype f32" "--variant v" \
+         "--inject race" "--inject graph-diff"; do
     read -r -a extra <<<"$a"
     expect 2 "a list with $a" $K gemm --shape 8x8x8 --device cpu,cpu,cpu "${extra[@]}"
     one_line "a list with $a"
 done
+printf 'gemm --shape 0x1x1\n' >"$tmp/bad-shapes.txt"
+expect 2 "a list with a bad shapes file" $K all --shapes "$tmp/bad-shapes.txt" --device cpu,cpu
+one_line "a list with a bad shapes file"
 for a in "--inject bitflip" "--inject slow" "--inject bitflip@0"; do
     read -r -a extra <<<"$a"
     expect 2 "one device with $a" $K gemm --shape 8x8x8 --device cpu "${extra[@]}"

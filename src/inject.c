@@ -278,6 +278,16 @@ static int inject_cross_device(const struct inject *inj)
  * device's kgate: its entry in the list. */
 #define NODE_ENTRY_ENV "KGATE_NODE_ENTRY"
 
+/* Exit 2 when fault inj cannot be planted in a run of `repeat` runs per
+ * case (race: repeated runs), with or without --graph (graph-diff). */
+static void inject_check_stage(const struct inject *inj, int repeat, int graph)
+{
+    if (inj->stage == INJ_REPEAT && repeat < 2)
+        die(EXIT_USAGE, "--inject %s plants its fault in repeated runs: give --repeat 2 or more", inj->name);
+    if (inj->stage == INJ_GRAPH && !graph)
+        die(EXIT_USAGE, "--inject %s plants its fault in the graph path's check: give --graph", inj->name);
+}
+
 /* Set the command's default --repeat; exit 2 on an unknown fault, on
  * `race` without repeated runs, on `graph-diff` without --graph, or on a
  * cross-device fault outside a device list's run. */
@@ -294,10 +304,7 @@ static void inject_check(struct opts *o, int default_repeat)
             snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s", i ? ", " : "", INJECTS[i].name);
         die(EXIT_USAGE, "--inject %s: unknown fault (%s)", shown(o->inject), names);
     }
-    if (inject_find(o->inject)->stage == INJ_REPEAT && o->repeat < 2)
-        die(EXIT_USAGE, "--inject %s plants its fault in repeated runs: give --repeat 2 or more", o->inject);
-    if (inject_find(o->inject)->stage == INJ_GRAPH && !o->graph)
-        die(EXIT_USAGE, "--inject %s plants its fault in the graph path's check: give --graph", o->inject);
+    inject_check_stage(inject_find(o->inject), o->repeat, o->graph);
     if (inject_cross_device(inject_find(o->inject)) && !getenv(NODE_ENTRY_ENV))
         die(EXIT_USAGE, "--inject %s: only the cross-device checks of a device list catch it: give --device "
             "LIST and --inject %s@N (N: the entry of the list it is planted in)", o->inject, o->inject);

@@ -484,7 +484,9 @@ static int cmd_isa(const struct opts *o, const char *sub)
     const char *arch = o->arch;
     if (o->device_cpu)
         die(EXIT_USAGE, "isa --device cpu: the CPU device runs no code object (isa compiles for --arch A or a GPU's)");
-    if (arch && !isa_arch_ok(arch)) die(EXIT_USAGE, "--arch %s: expected sm_XY[a] (NVIDIA) or gfxNNN (AMD)", shown(arch));
+    if (arch && !isa_arch_ok(arch)) die(EXIT_USAGE, "--arch %s: expected sm_XY or sm_XYZ, then optionally a or f (NVIDIA: sm_90a), or "
+                       "gfx and 3 or 4 hex digits, then optionally :feature+ or :feature- (AMD: gfx942:sramecc+)",
+                       shown(arch));
     if (!arch) {
         gpu_open(&d, o->device_index);
         arch = d.arch;

@@ -3,6 +3,8 @@
  * devices`.  Relies on util.c (parsers) and gpu.c (devices, the --expect
  * classes). */
 
+#define TIMEOUT_MAX_S 86400.0   /* --timeout, and the watchdog's default limit, at most (a day) */
+
 /* Options that apply to a whole run (not to one case). */
 struct opts {
     int device_cpu, device_index;
@@ -197,8 +199,8 @@ static int opts_parse(struct opts *o, int argc, char **argv, int i)
         return 2;
     }
     if (strcmp(key, "--timeout") == 0) {
-        if (parse_nonneg(val, &o->timeout) != 0 || !(o->timeout > 0) || o->timeout > 86400)
-            die(EXIT_USAGE, "--timeout %s: expected seconds, more than 0 and at most 86400", shown(val));
+        if (parse_nonneg(val, &o->timeout) != 0 || !(o->timeout > 0) || o->timeout > TIMEOUT_MAX_S)
+            die(EXIT_USAGE, "--timeout %s: expected seconds, more than 0 and at most %.0f", shown(val), TIMEOUT_MAX_S);
         return 2;
     }
     if (strcmp(key, "--device") == 0) {
@@ -295,7 +297,8 @@ static const char USAGE[] =
     "  --shape MxNxK    gemm; grouped: NxK.  Each dimension 1..1048576\n"
     "  --groups LIST    grouped: the group sizes M_g, comma-separated, 0 allowed (up to 4096\n"
     "                   groups; not all 0)\n"
-    "  --seq Sq[:Sk]    attn: query and key length of every sequence (--batch B of them, default 1)\n"
+    "  --seq Sq[:Sk]    attn: query and key length of every sequence, each 1..1048576\n"
+    "  --batch B        attn: with --seq, the sequences (1..4096, default 1)\n"
     "  --seqlens LIST   attn: varlen batch, one entry per sequence: S, or Sq:Sk (0 allowed; at\n"
     "                   most 4096 entries, and some sequence with queries and keys)\n"
     "  --heads Hq[:Hkv] attn: query heads (up to 1024), KV heads (Hq a multiple of Hkv: MHA,\n"
@@ -429,15 +432,26 @@ static int usage_end_section(const char *line) { return *line == '\n'; }
 
 /* The help entries whose commands OPT_ROWS cannot say: an option whose
  * entries differ by command (--device: isa's is a GPU alone; a device list
- * is for all and the case commands), or an option of low-precision cases,
- * which attn never is.  cmds: the commands that show the entry (a new
- * command that takes --device goes in the first row too). */
+ * is for all and the case commands), an option of low-precision cases,
+ * which attn never is, and the case options of one op (compare and noise
+ * take any op's).  cmds: the commands that show the entry (a new command
+ * that takes --device goes in the first row too). */
 static const struct { const char *entry, *cmds; } HELP_WHERE[] = {
     { "--device N|cpu ", " all gemm grouped attn compare noise selftest " },
     { "--device N ", " isa " },
     { "--device all|LIST ", " all gemm grouped attn " },
     { "--trades-precision ", " all gemm grouped compare noise " },
     { "--cpu-sums ", " all gemm grouped " },
+    { "--layout ", " gemm grouped compare noise " },
+    { "--shape ", " gemm grouped compare noise " },
+    { "--groups ", " grouped compare noise " },
+    { "--seq ", " attn compare noise " },
+    { "--batch ", " attn compare noise " },
+    { "--seqlens ", " attn compare noise " },
+    { "--heads ", " attn compare noise " },
+    { "--dim ", " attn compare noise " },
+    { "--causal ", " attn compare noise " },
+    { "--scale ", " attn compare noise " },
 };
 
 /* Whether USAGE's option entry at line p (after its two spaces) is shown to

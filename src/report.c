@@ -549,6 +549,14 @@ static void report_arms(struct run *r, struct arm_case *ac, int narms, const str
         if (ac[a].isa_checked)
             printf("    %s isa: expect %s: %s\n", ac[a].isa_pass ? "pass" : "FAIL", o->expect, ac[a].isa_why);
     }
+    if (r->timed_wrote && !o->json)
+        print_note(r->c->label, "-", "FAIL", rd ? "the timed launches wrote into the inputs (stderr); no arm named"
+                                                : "the timed launches wrote into the inputs (stderr)");
+    if (r->timed_wrote && o->json) {
+        printf("{");
+        json_str(stdout, "case", r->c->label, 1);
+        printf("\"timed_launches_wrote_inputs\":true,\"arms\":%d}\n", narms);
+    }
     if (rd && pass && !o->json) print_rounds(ac, rd);
     if (rd && pass && o->json) {
         printf("{");

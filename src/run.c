@@ -127,7 +127,7 @@ struct run {
     uint64_t in_base[MAX_OWNED];  /* inputs (run_buffer): each buffer's first guard band */
     size_t in_bytes[MAX_OWNED];   /* ... and the bytes between its two bands */
     unsigned char *in_copy[MAX_OWNED];   /* ... and, when kgate uploaded them, those bytes (owned), else NULL */
-    char in_name[MAX_OWNED][IN_NAME];  /* ... and each one's name in messages ("A", "offsets", "scratch Dsum") */
+    char in_name[MAX_OWNED][IN_NAME];  /* ... and each one's name in messages ("A", "group offsets", "scratch Dsum") */
     int nin;
     unsigned long launches;       /* run_exec calls so far */
     struct inputs_check {         /* run_inputs_written: bytes the launches wrote where they must not */
@@ -147,6 +147,7 @@ struct run {
     int nkept;
     int eager;                    /* --graph: launch eagerly now (the run the graph's outputs are compared with) */
     uint64_t inj_scratch;         /* --inject graph-alloc: the scratch its launch path allocates */
+    int timed_wrote;              /* the timed launches wrote into the inputs (timing_left_inputs): the case fails */
 };
 
 static void *run_owned(struct run *r, size_t bytes)

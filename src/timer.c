@@ -257,7 +257,6 @@ struct rounds {
     double band;                  /* < 0: not known */
     long band_line;               /* > 0: the band was read from this ledger line */
     const char *verdict;          /* faster, parity, slower; NULL when not compared */
-    int inputs_written;           /* the timed launches wrote into the inputs (timing_left_inputs) */
 };
 
 /* The median, lowest and highest of n values (n >= 1). */
