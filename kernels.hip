@@ -2481,12 +2481,68 @@ __device__ static inline void kg_attn_fwd(const kg_u16 *Q, const kg_u16 *K, cons
 }
 
 // Backward preprocessing: Dsum[t][h] = sum_d O[t][h][d] * dO[t][h][d] in fp32,
-// sequential in d; one (t, h) per thread, grid-strided.
+// sequential in d; one (t, h) per thread, grid-strided.  ATTN_PRE_STAGED=1
+// (NVIDIA; on gfx942 its 34 KiB of LDS would leave one wave per SIMD): where
+// rows are whole 16-byte granules (Dh % 8 == 0, O and dO 16-byte aligned), a
+// block's ATTN_THREADS rows pass through shared memory ATTN_PRE_CHUNK columns
+// at a time, read in coalesced 16-byte loads (the thread-per-row loads touch
+// one row's 2 bytes in each of 32 lines); each thread's fma chain keeps its
+// order, so Dsum is bitwise the same.
+#ifndef ATTN_PRE_STAGED
+#define ATTN_PRE_STAGED 0
+#endif
+#define ATTN_PRE_CHUNK 32                       // columns staged at a time (a multiple of 8)
+#define ATTN_PRE_W (ATTN_PRE_CHUNK / 2 + 1)     // 32-bit words a staged row: its pairs, one of pad (odd: no conflict)
+
+struct __attribute__((aligned(16))) kg_u32x4 { unsigned x, y, z, w; };
+
+// One block's rows [e0, e0 + ATTN_THREADS) of the staged Dsum: for each chunk
+// of columns, the block loads both operands' granules (zeros past row n and
+// column Dh), waits, and each thread adds its row's pairs in column order.
+template <class D>
+__device__ static inline float kg_attn_pre_rows(const kg_u16 *O, const kg_u16 *dO, kg_i64 e0, kg_i64 n, int Dh,
+                                                unsigned (*st)[ATTN_THREADS * ATTN_PRE_W])
+{
+    const int tid = (int)kg_tid(), gpr = ATTN_PRE_CHUNK / 8;   // granules a row's chunk
+    float s = 0.0f;
+    for (int c0 = 0; c0 < Dh; c0 += ATTN_PRE_CHUNK) {
+        for (int g = tid; g < ATTN_THREADS * gpr; g += ATTN_THREADS) {
+            int row = g / gpr, col = c0 + g % gpr * 8;
+            kg_i64 e = e0 + row;
+            kg_u32x4 vo = { 0, 0, 0, 0 }, vd = { 0, 0, 0, 0 };
+            if (e < n && col < Dh)
+                vo = *(const kg_u32x4 *)(O + e * Dh + col), vd = *(const kg_u32x4 *)(dO + e * Dh + col);
+            unsigned *to = &st[0][row * ATTN_PRE_W + g % gpr * 4], *td = &st[1][row * ATTN_PRE_W + g % gpr * 4];
+            to[0] = vo.x, to[1] = vo.y, to[2] = vo.z, to[3] = vo.w;
+            td[0] = vd.x, td[1] = vd.y, td[2] = vd.z, td[3] = vd.w;
+        }
+        kg_sync();
+        const int m = Dh - c0 < ATTN_PRE_CHUNK ? Dh - c0 : ATTN_PRE_CHUNK;   // even: Dh % 8 == 0
+        for (int k = 0; k < m / 2; k++) {
+            unsigned wo = st[0][tid * ATTN_PRE_W + k], wd = st[1][tid * ATTN_PRE_W + k];
+            s = kg_fma(D::ld((kg_u16)(wo & 0xffffu)), D::ld((kg_u16)(wd & 0xffffu)), s);   // column c0 + 2k
+            s = kg_fma(D::ld((kg_u16)(wo >> 16)), D::ld((kg_u16)(wd >> 16)), s);          // and c0 + 2k + 1
+        }
+        kg_sync();   // st is rewritten by the next chunk
+    }
+    return s;
+}
+
 template <class D>
 __device__ static inline void kg_attn_bwd_pre(const kg_u16 *O, const kg_u16 *dO, float *Dsum,
                                               int Tq, int Hq, int Dh)
 {
     const kg_i64 n = (kg_i64)Tq * Hq, stride = (kg_i64)kg_grid_x() * ATTN_THREADS;
+#if ATTN_PRE_STAGED && defined(KG_CUDA)
+    __shared__ unsigned st[2][ATTN_THREADS * ATTN_PRE_W];
+    if (Dh % 8 == 0 && ((unsigned long long)O | (unsigned long long)dO) % 16 == 0) {   // the same in every thread
+        for (kg_i64 e0 = (kg_i64)kg_bid_x() * ATTN_THREADS; e0 < n; e0 += stride) {
+            float s = kg_attn_pre_rows<D>(O, dO, e0, n, Dh, st);
+            if (e0 + kg_tid() < n) Dsum[e0 + kg_tid()] = s;
+        }
+        return;
+    }
+#endif
     for (kg_i64 e = (kg_i64)kg_bid_x() * ATTN_THREADS + kg_tid(); e < n; e += stride)
         Dsum[e] = kg_attn_dot<D>(O + e * Dh, dO + e * Dh, Dh);
 }
