@@ -3513,6 +3513,9 @@ KG_FA_SM90_ENTRY(256, bf16, 1)
 #ifndef FB_NC_BM
 #define FB_NC_BM 80                        // the fused pass at head dim 128 without a mask: query rows per step
 #endif                                     // (64 or 80; with a mask 64, FB_BM)
+#ifndef FB_EPI_SMEM
+#define FB_EPI_SMEM 0                      // 1: dK and dV leave through shared memory in 16-byte stores
+#endif                                     // (kg_fb_store_staged), not in 4-byte stores from the fragments
 #if FB_FUSED && FB_BM != 64
 #error "FB_FUSED needs FB_BM 64"
 #endif
@@ -3648,6 +3651,48 @@ __device__ static __forceinline__ void kg_fb_store(const float *acc, float mul, 
             *(unsigned *)(row + col) = BF ? kg_wg_pack(v0, v1, kg_bf16()) : kg_wg_pack(v0, v1, kg_f16());
         }
     }
+}
+
+// kg_fb_store's rows through shared memory (FB_EPI_SMEM): the consumer's
+// accumulator (rows r0 .. r0 + 63 of the block, this thread's r0 + warp·16 +
+// lane/4 and 8 below) times mul, rounded, written to the consumer's own 64
+// keys of V (at vc: D/64 pieces of 64 rows x 128 bytes a FB_BN·128 apart;
+// no one reads them after the block's last dP^T, which has retired), each
+// row's eight 16-byte granules swizzled by the row (g ^ row % 8: a warp's
+// stores meet no bank conflict), then read back a granule a thread and
+// stored in 16-byte stores, a row's granules by consecutive threads.  The
+// warpgroup's named barrier 2 + c orders both ways, so that a second call
+// may reuse the space.  Needs Dh % 8 == 0 and out 16-byte aligned (a
+// misaligned out faults: the case is reported, not a wrong value).
+template <int D, int BF>
+__device__ static __forceinline__ void kg_fb_store_staged(const float *acc, float mul, kg_u16 *out, int row0, int r0,
+                                                          int rows, int H, int h, int Dh, unsigned vc, int c,
+                                                          int warp, int lane) {
+#pragma unroll
+    for (int hh = 0; hh < 2; hh++) {
+        const int rr = warp * 16 + lane / 4 + 8 * hh;
+#pragma unroll
+        for (int i = 0; i < D / 8; i++) {
+            const unsigned at = vc + (unsigned)(i / 8) * FB_BN * 128 + (unsigned)rr * 128 +
+                                (unsigned)(((i % 8) ^ (rr % 8)) * 16 + (lane % 4) * 4);
+            const float v0 = acc[4 * i + 2 * hh] * mul, v1 = acc[4 * i + 2 * hh + 1] * mul;
+            const unsigned w = BF ? kg_wg_pack(v0, v1, kg_bf16()) : kg_wg_pack(v0, v1, kg_f16());
+            asm volatile("st.shared.u32 [%0], %1;" ::"r"(at), "r"(w) : "memory");
+        }
+    }
+    asm volatile("bar.sync %0, 128;" ::"r"(2 + c) : "memory");
+#pragma unroll
+    for (int u = 0; u < 64 * (D / 8) / 128; u++) {
+        const int e = u * 128 + warp * 32 + lane, rr = e / (D / 8), i = e % (D / 8), col = 8 * i;
+        if (r0 + rr >= rows || col >= Dh) continue;
+        const unsigned at = vc + (unsigned)(i / 8) * FB_BN * 128 + (unsigned)rr * 128 + (unsigned)((i % 8) ^ (rr % 8)) * 16;
+        unsigned w0, w1, w2, w3;
+        asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(w0), "=r"(w1), "=r"(w2), "=r"(w3) : "r"(at));
+        kg_u16 *dst = out + ((kg_i64)(row0 + r0 + rr) * H + h) * Dh + col;
+        asm volatile("st.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(dst), "r"(w0), "r"(w1), "r"(w2), "r"(w3)
+                     : "memory");
+    }
+    asm volatile("bar.sync %0, 128;" ::"r"(2 + c) : "memory");
 }
 
 // The rotated walk's index math (kg_fb_step, kg_fb_dq_sum) between the
@@ -4115,6 +4160,11 @@ __device__ static inline void kg_fb_dkdv(const kg_tmap *tq, const kg_tmap *tdo, 
         // those stores racing with the loads, and it measured 1.9% slower.
         kg_bar_arrive(empty + 8 * s);
         if (++s == FB_STAGES) s = 0, phase ^= 1;
+    }
+    if (FB_EPI_SMEM) {   // Dh % 8 == 0 on this path (TMA reads Q's rows), and kgate's outputs are 16-byte aligned
+        kg_fb_store_staged<D, BF>(dk, scale, dK, k0, j0 + c * 64, Sk, Hkv, hk, Dh, vc, c, warp, lane);
+        kg_fb_store_staged<D, BF>(dv, 1.0f, dV, k0, j0 + c * 64, Sk, Hkv, hk, Dh, vc, c, warp, lane);
+        return;
     }
     kg_fb_store<D, BF>(dk, scale, dK, k0, kr, Sk, Hkv, hk, Dh, lane);
     kg_fb_store<D, BF>(dv, 1.0f, dV, k0, kr, Sk, Hkv, hk, Dh, lane);
