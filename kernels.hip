@@ -3662,8 +3662,8 @@ __device__ static __forceinline__ void kg_fb_store(const float *acc, float mul, 
 // stores meet no bank conflict), then read back a granule a thread and
 // stored in 16-byte stores, a row's granules by consecutive threads.  The
 // warpgroup's named barrier 2 + c orders both ways, so that a second call
-// may reuse the space.  Needs Dh % 8 == 0 and out 16-byte aligned (a
-// misaligned out faults: the case is reported, not a wrong value).
+// may reuse the space.  Needs Dh % 8 == 0 and out 16-byte aligned (the
+// host's attn_sm90_bwd_pick asks both of every sm_90a backward).
 template <int D, int BF>
 __device__ static __forceinline__ void kg_fb_store_staged(const float *acc, float mul, kg_u16 *out, int row0, int r0,
                                                           int rows, int H, int h, int Dh, unsigned vc, int c,
@@ -3684,7 +3684,7 @@ __device__ static __forceinline__ void kg_fb_store_staged(const float *acc, floa
 #pragma unroll
     for (int u = 0; u < 64 * (D / 8) / 128; u++) {
         const int e = u * 128 + warp * 32 + lane, rr = e / (D / 8), i = e % (D / 8), col = 8 * i;
-        if (r0 + rr >= rows || col >= Dh) continue;
+        if (r0 + rr >= rows || col + 8 > Dh) continue;   // a granule past Dh is dropped whole (Dh % 8 == 0 here)
         const unsigned at = vc + (unsigned)(i / 8) * FB_BN * 128 + (unsigned)rr * 128 + (unsigned)((i % 8) ^ (rr % 8)) * 16;
         unsigned w0, w1, w2, w3;
         asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(w0), "=r"(w1), "=r"(w2), "=r"(w3) : "r"(at));

@@ -315,15 +315,16 @@ static int attn_fused_bwd(const struct run *r)
 
 /* Which sm_90a backward runs case a on the current arm: 0 (head dim 64)
  * or 1 (128) for the smallest that holds d, when the arm has both passes
- * of it (or its fused pass) and TMA can read Q, K, V and dO (as
- * attn_sm90_pick); -1 otherwise (the portable kernels). */
+ * of it (or its fused pass), TMA can read Q, K, V and dO (as
+ * attn_sm90_pick) and dK and dV are 16-byte aligned (kgate's outputs
+ * are); -1 otherwise (the portable kernels). */
 static int attn_sm90_bwd_pick(const struct run *r)
 {
     const struct attn_case *a = r->attn;
     const struct arm *arm = r->d->arm;
     size_t d = a->g.d;
     if (d > 128 || !attn_tma_inputs(a) || !tma_aligned(a->d_do, 0, 2) || r->out[a->dq_out].buf % 4 ||
-        r->out[a->dk_out].buf % 4 || r->out[a->dv_out].buf % 4)
+        r->out[a->dk_out].buf % 16 || r->out[a->dv_out].buf % 16)   /* 16: dK and dV in 16-byte stores (FB_EPI_SMEM) */
         return -1;
     int i = attn_bwd_kdim(a);
     if (attn_fused_bwd(r)) return i;
