@@ -878,9 +878,8 @@ static void node_precheck(const struct opts *o, const struct kcase *one)
     arm_free(&a);
     free(file);
     struct opts oc = *o;   /* --inject KIND@N: the cases are checked for KIND */
-    char kind[64];
     if (o->inject) {
-        snprintf(kind, sizeof kind, "%.*s", (int)strcspn(o->inject, "@"), o->inject);
+        const char *kind = inject_kind(o->inject);
         oc.inject = inject_find(kind) ? kind : NULL;   /* an unknown KIND: node_inject says so */
         int repeat = o->repeat ? o->repeat : one ? 1 : DEFAULT_REPEAT_ALL_CPU;   /* each entry's default, at least */
         if (oc.inject) inject_check_stage(inject_find(kind), repeat, o->graph);

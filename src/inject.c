@@ -267,6 +267,14 @@ static const struct inject *inject_find(const char *name)
     return NULL;
 }
 
+/* The fault KIND of `--inject KIND` or `KIND@N` (a static buffer). */
+static const char *inject_kind(const char *inject)
+{
+    static char name[64];
+    snprintf(name, sizeof name, "%.*s", (int)strcspn(inject, "@"), inject);
+    return name;
+}
+
 /* Whether fault inj is one that only the cross-device checks of a device
  * list catch (node.c): a digest or a time, not a gate of one device. */
 static int inject_cross_device(const struct inject *inj)

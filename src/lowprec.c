@@ -225,15 +225,14 @@ static void q_operand(struct run *r, struct qoperand *op, const char *name, int 
     op->sf = run_host(r, op->nblocks + 1);
     q_decode_scales(q->rule, q->rule == QR_AMAX ? (void *)op->s : (void *)op->e8, op->nblocks, op->sf);
     size_t sbytes = op->nblocks * (q->rule == QR_AMAX ? sizeof(float) : 1);
-    char nm[4][IN_NAME - 8];   /* the buffers' names in messages */
-    snprintf(nm[0], sizeof nm[0], "%s codes", name), snprintf(nm[1], sizeof nm[1], "%s scales", name);
-    snprintf(nm[2], sizeof nm[2], "%s master", name), snprintf(nm[3], sizeof nm[3], "%s quantized", name);
+    static const char *const part[5] = { "codes", "scales", "master", "quantized", "quantized scales" };
+    char nm[5][IN_NAME - 8];   /* the buffers' names in messages: "A codes", ... */
+    for (int i = 0; i < 5; i++) snprintf(nm[i], sizeof nm[i], "%s %s", name, part[i]);
     op->d_codes = run_upload_bytes(r, nm[0], op->codes, op->code_bytes);
     op->d_scales = run_upload_bytes(r, nm[1], q->rule == QR_AMAX ? (void *)op->s : (void *)op->e8, sbytes);
     op->d_master = run_upload(r, nm[2], op->master, batch * rows * K, DT_F32);
     op->d_qcodes = run_scratch(r, nm[3], op->code_bytes);   /* the quantize stage's outputs */
-    snprintf(nm[3], sizeof nm[3], "%s quantized scales", name);
-    op->d_qscales = run_scratch(r, nm[3], sbytes);
+    op->d_qscales = run_scratch(r, nm[4], sbytes);
     q_keep(r, op, id == 1);
 }
 

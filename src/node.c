@@ -459,10 +459,8 @@ static int node_entries(const char *list, struct node_entry *e)
  * not an entry, or a cross-device fault without @N. */
 static int node_inject(const char *inject, int n, const char **kind)
 {
-    static char name[64];
     uint64_t at = 0;
-    const char *sep = strchr(inject, '@');
-    snprintf(name, sizeof name, "%.*s", (int)(sep ? (size_t)(sep - inject) : strlen(inject)), inject);
+    const char *sep = strchr(inject, '@'), *name = inject_kind(inject);
     *kind = name;
     if (!inject_find(name)) die(EXIT_USAGE, "--inject %s: unknown fault (kgate --help lists them)", shown(inject));
     if (sep && parse_u64(sep + 1, 0, (uint64_t)n - 1, &at) != 0)
