@@ -313,8 +313,8 @@ static void record_geometry(struct run *r, struct arm_case *ac)
  * (arm 0), and the A/A copy's.  Each arm's rows get the rounds merged.  The
  * band is max |A/A - 1| when a copy ran (else the caller's, from the
  * ledger).  Then the inputs are checked (timing_left_inputs: a write fails
- * every arm) and every arm runs once more and, when
- * references exist, is re-checked.  Returns 0 if either failed. */
+ * every arm) and, when references exist, every arm runs once more and is
+ * re-checked.  Returns 0 if either failed. */
 static int time_rounds(struct run *r, struct arm_case *ac, int narms, struct rounds *rd, int have_refs,
                        int idx, int total, FILE *progress)
 {

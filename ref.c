@@ -116,7 +116,7 @@ static float f32_from_f16(uint16_t h)
 }
 
 /* One row per dtype: storage size, unit roundoff of a stored value, default
- * tolerances (notes/gates.md) and the peak class used for % of peak. */
+ * tolerances (README "The gates") and the peak class used for % of peak. */
 struct dtype_info {
     const char *name;
     size_t bytes;
@@ -185,7 +185,8 @@ static float dt_load(enum dtype t, const void *p, size_t i)
 
 /* Element formats of quantized operands (the same numbers as kernels.hip's
  * `fmt`).  OCP ("fn") is the encoding of NVIDIA and gfx950, FNUZ that of
- * gfx942: the same bits mean different values (notes/lowprec.md). */
+ * gfx942: the same bits mean different values (README "Low precision (fp8
+ * and MX)"). */
 enum qfmt { Q_E4M3, Q_E5M2, Q_E4M3_FNUZ, Q_E5M2_FNUZ, Q_E2M1, Q_COUNT, Q_NONE = -1 };
 
 struct qfmt_info {

@@ -2144,6 +2144,12 @@ assert all(o["outputs"] and all(re.fullmatch("[0-9a-f]{64}", x["sha256"]) for x 
 else bad "--json with a device list: $(tail -c 300 "$tmp/py")"; fi
 expect 0 "a repeated entry and a case command" $K gemm --shape 40x24x56 --bwd --device cpu,cpu
 expect 0 "one entry on its own (no list) still runs one device" $K gemm --shape 8x8x8 --device cpu
+# A candidate whose verdict the ledger holds is "cached" on the second run: a case passed (before
+# 2026-12-05 the summary counted it as not passed, 0/1).
+run $K gemm --shape 8x8x8 --device cpu,cpu --variant v1 -D KG_NODE_TEST=1 --ledger "$tmp/node.ledger"
+expect 0 "a device list, a candidate's second run" $K gemm --shape 8x8x8 --device cpu,cpu --variant v1 \
+    -D KG_NODE_TEST=1 --ledger "$tmp/node.ledger"
+has "$tmp/out" "^1 +cpu +pass +1/1 " "a device list, a cached candidate: its case counted as passed"
 for d in 0,,1 x , cpu, 1025,0 0,-1 "cpu ,cpu"; do
     expect 2 "--device '$d'" $K gemm --shape 8x8x8 --device "$d"
     one_line "--device '$d'"

@@ -1,7 +1,9 @@
 /* src/attn.c — the attention op: O and LSE, with --bwd dQ, dK and dV;
  * fixed-length or varlen, causal (bottom-right), GQA; its inputs, launches,
  * references by (token, head) unit, its planted mask fault, and its row of
- * the op table.  Relies on case.c, run.c, plan.c and ref.c (the references). */
+ * the op table.  Relies on case.c, run.c, plan.c, ref.c (the references,
+ * the CPU candidate), products.c (tensor maps), gpu.c and compile.c (the
+ * arm's kernels) and util.c. */
 
 /* The largest --scale: scores are at most scale·D·max|q|·max|k| in
  * magnitude, and 1e4 · 256 · 64 · 8 (head dim, Q's gain with the tails of
@@ -153,10 +155,12 @@ static double attn_pairs(const struct attn_geom *g)
     return n;
 }
 
-/* Q is [Tq][Hq][D] with values in [-8, 8] (ATTN_Q_GAIN), K and V are
- * [Tk][Hkv][D] in [-1, 1]; outputs O [Tq][Hq][D] and LSE [Tq][Hq] (fp32);
- * with --bwd, dO like O in [-16, 16] (ATTN_DO_GAIN) and outputs dQ, dK, dV in Q's and K's
- * layouts.  Rows are tokens, columns heads x dims; segments are sequences. */
+/* Inputs as run_input draws them (max|x| = 1 but for normal inputs,
+ * which are not bounded) times a gain: Q [Tq][Hq][D] times ATTN_Q_GAIN
+ * (scaled inputs: ATTN_Q_GAIN_SCALED), K and V [Tk][Hkv][D] times 1;
+ * outputs O [Tq][Hq][D] and LSE [Tq][Hq] (fp32); with --bwd, dO like O
+ * times ATTN_DO_GAIN and outputs dQ, dK, dV in Q's and K's layouts.  Rows
+ * are tokens, columns heads x dims; segments are sequences. */
 static void attn_prepare(struct run *r)
 {
     const struct kcase *c = r->c;

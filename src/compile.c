@@ -228,7 +228,8 @@ static void cache_finish(const char *what, struct code_obj *co)
 /* Compile `src` for `arch` with the run-time compiler `c` of platform pf, or
  * take the code object from the on-disk cache (keyed by a hash of source,
  * options, arch and compiler version).  The compile runs in a child process.
- * `name` names the source in messages.  Exits 5 on any failure. */
+ * `name` names the source in messages.  Exits 2 if the cache is unusable,
+ * 6 if the code object cannot be written, 5 on any other failure. */
 static void compile_source(const struct rtc *c, enum platform pf, const char *src,
                            const char *name, const char *arch, const char *const *extra,
                            int nextra, struct code_obj *co)
@@ -288,7 +289,8 @@ static int clang_child(const char *const *argv, const char *log_path)
  * plus `extra` options.  Same cache as compile_source, keyed by clang's
  * version line, the source (with a #line naming it) and the options; that
  * source is written beside the code object.  The compile runs in a child process, with
- * compile_source's crash, hang and error handling (exit 5). */
+ * compile_source's crash, hang and error handling (exit 5; 6 if the code
+ * object cannot be written). */
 static void compile_clang(const char *clang, const char *src, const char *name, const char *arch,
                           const char *const *extra, int nextra, struct code_obj *co)
 {

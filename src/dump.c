@@ -1,14 +1,15 @@
 /* src/dump.c — --dump DIR: a case's inputs, scales, outputs and double
  * references as NumPy .npy files with a JSON manifest, for an independent
  * oracle (bench/oracle.py) to recompute every output from the inputs alone.
- * The format is README's "--dump".  Relies on util.c, run.c, plan.c, case.c,
- * lowprec.c and gates.c (a checked output's result). */
+ * The format is README's "--dump".  Relies on util.c, ref.c, options.c,
+ * run.c, plan.c, case.c, lowprec.c, attn.c (their cases' geometry) and
+ * gates.c (a checked output's result). */
 
-#define DUMP_FORMAT "kgate-dump 1"
+#define DUMP_FORMAT "kgate-dump 2"   /* 2: cols_checked rows x nc, each row its own columns */
 
 /* Write an .npy file (format 1.0, C order): ndim dimensions of shape, each
  * element `size` bytes of NumPy type descr ("<f4", "<f8", "<u4", "|u1").
- * Exit 5 naming the path if it cannot be written. */
+ * Exit 6 (EXIT_IO) naming the path if it cannot be written. */
 static void npy_write(const char *path, const char *descr, size_t size, int ndim, const size_t *shape, const void *data)
 {
     char head[256], dims[128] = "";

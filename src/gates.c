@@ -1,7 +1,8 @@
 /* src/gates.c — the gates: each a row of GATES, judging one output by its
  * statistics (stats.c), and checking an output (read back, decoded, planted
  * fault applied, every gate run).  Relies on stats.c, run.c, plan.c, timer.c
- * (a result holds its time) and lowprec.c (the quantize stage). */
+ * (a result holds its time), lowprec.c (the quantize stage), options.c,
+ * case.c, gpu.c (read back), ref.c (formats) and util.c (digests). */
 
 /* A gate's verdict: pass, the measured value and the limit it was held to,
  * and one line of detail. */
@@ -93,7 +94,7 @@ static void gate_nontrivial_rms(const struct stats *s, const struct gate_in *g, 
  * Scaled inputs put most elements far below the largest by design, so
  * allclose's atol (in units of max|x| = 1) sees only the largest; there
  * max|ref| must exceed NONTRIVIAL_FACTOR x the same-precision limit, which
- * zeros then fail.  Column: the measure over its need (>= 1 passes). */
+ * zeros then fail.  Column: the measure over its need (> 1 passes). */
 static void gate_nontrivial(const struct stats *s, const struct gate_in *g, struct verdict *v)
 {
     int scaled = g->inputs == IN_SCALED;
@@ -155,8 +156,9 @@ static void gate_rounding(const struct stats *s, const struct gate_in *g, struct
 }
 
 /* sign-bias: the mean of |out| - |ref| in ulps of the output within 6
- * spreads of the mean plus twice lp's (catches rounding toward zero: half
- * an ulp, which zero-mean outputs hide from the signed bias gate). */
+ * spreads of the mean, plus twice lp's, plus the accumulation's allowance
+ * (stats_sign_bias) (catches rounding toward zero: half an ulp, which
+ * zero-mean outputs hide from the signed bias gate). */
 static void gate_sign_bias(const struct stats *s, const struct gate_in *g, struct verdict *v)
 {
     if (DTYPES[g->t].bytes == 4) { not_gated(v, SIXTEEN_ONLY); return; }
@@ -240,8 +242,9 @@ static void gate_worst_tile(const struct stats *s, const struct gate_in *g, stru
 
 /* group: every group (sequence) near the same-precision reference's SNR on
  * it, as for tiles; a group whose reference is all zero (an empty group's
- * dB) must be exactly zero (catches one group computed wrong, or garbage
- * where nothing should be). */
+ * dB) is held to lp's error energy on it (so to exactly zero when lp is
+ * exactly zero) (catches one group computed wrong, or garbage where
+ * nothing should be). */
 static void gate_group(const struct stats *s, const struct gate_in *g, struct verdict *v)
 {
     const struct output *o = g->o;
@@ -476,7 +479,7 @@ struct result {
     struct stats s;
     struct verdict v[N_GATES];
     int pass;                     /* every gate passed (on the last check made) */
-    const char *failed_when;      /* "check" or "re-check after timing" */
+    const char *failed_when;      /* "check", "repeated run" or "re-check after timing" */
     struct repeat rep;            /* what --repeat found */
     struct graphcheck graph;      /* what --graph found */
     double atol;                  /* the allclose atol it is held to */
@@ -536,10 +539,11 @@ static double gate_base_atol(const struct run *r, int o)
     return r->o->atol >= 0 && gate_takes_options(r, o) ? r->o->atol : DTYPES[r->out[o].dt].atol;
 }
 
-/* The allclose atol of output o: gate_base_atol, and for a gradient (which has
- * no natural unit: its scale follows dO and Q) gate_grad_tol of it times the
- * reference's rms when that exceeds 1, and at least the same-precision
- * reference's largest error (GRAD_TOL_ULPS says why). */
+/* The allclose atol of output o: gate_base_atol; for a gradient (which has
+ * no natural unit: its scale follows dO and Q) that times the reference's
+ * rms when the rms exceeds 1.  Given --atol, that product alone; else the
+ * atol is first widened by gate_grad_tol, and is at least the
+ * same-precision reference's largest error (GRAD_TOL_ULPS says why). */
 static double gate_atol(const struct run *r, int o, const struct result *res)
 {
     const struct output *p = &r->out[o];

@@ -1,6 +1,7 @@
 /* src/inject.c — planted faults (--inject): each a row of INJECTS with the
  * gate that must catch it; the faults of one op live in its file.  Relies on
- * run.c (the hook), products.c, lowprec.c and attn.c (their faults). */
+ * run.c (the hook), plan.c, case.c, options.c, gpu.c, ref.c, util.c, and
+ * products.c, lowprec.c and attn.c (their faults). */
 
 /* Zero the middle output tile. */
 static void inj_tile(struct inject_ctx *x)
@@ -307,7 +308,7 @@ static void inject_check(struct opts *o, int default_repeat)
         die(EXIT_USAGE, "--inject %s: KIND@N plants a fault in entry N of a device list: give --device LIST",
             shown(o->inject));
     if (!inject_find(o->inject)) {
-        char names[256] = "";
+        char names[512] = "";
         for (size_t i = 0; i < N_INJECTS; i++)
             snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s", i ? ", " : "", INJECTS[i].name);
         die(EXIT_USAGE, "--inject %s: unknown fault (%s)", shown(o->inject), names);

@@ -1,7 +1,8 @@
 /* src/isa.c — `kgate isa` and the --expect gate: a code object
  * disassembled (cuobjdump, nvdisasm, llvm-objdump) and its resources read,
  * matrix-unit instructions counted per kernel.  Relies on util.c (child
- * processes), gpu.c, compile.c and report.c (an arm's case, for --expect). */
+ * processes), gpu.c, options.c, compile.c, run.c and report.c (an arm's
+ * case, for --expect). */
 
 /* A function's resources, as its compiler recorded them (-1: not recorded). */
 enum { IR_REGS, IR_AGPRS, IR_SGPRS, IR_SHARED, IR_STACK, IR_LOCAL, IR_VSPILL, IR_SSPILL, IR_COUNT };

@@ -2,7 +2,8 @@
  * its options and label, the quantized operands (ref.c's codes and scales),
  * their product's launches, the quantize-only stage gated byte for byte, its
  * planted faults, and which devices convert which format.  Relies on case.c,
- * run.c and products.c. */
+ * run.c, products.c, ref.c (codes, scales, the CPU candidate), gpu.c and
+ * compile.c (the arm's sm_90a entries) and util.c. */
 
 /* --- options shared by gemm and grouped --- */
 

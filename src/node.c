@@ -8,7 +8,8 @@
  * name): each output's SHA-256 bitwise against the majority, and each
  * entry's time per case against the median entry.  Relies on options.c
  * (the list, NODE_MAX), gpu.c (the GPU count of `all`), inject.c (faults
- * planted in one entry: KIND@N), report.c (JSON) and util.c. */
+ * planted in one entry: KIND@N), diff.c (its JSON reader), timer.c
+ * (medians), report.c (the label column) and util.c (processes, JSON). */
 
 /* The speed rule: an entry is slow when the median over its cases of (its
  * time / the median time of the model's entries on that case) is above
@@ -44,8 +45,8 @@ struct node_out {
     int disagree;                 /* 1: differs from the majority; 2: there is no majority */
 };
 
-/* One case of one entry: its label, verdict (pass, fail, skip, fault,
- * hung), outputs, and the sum of its timed medians (0: not timed). */
+/* One case of one entry: its label, verdict (pass, cached, fail, skip,
+ * fault, hung), outputs, and the sum of its timed medians (0: not timed). */
 struct node_case {
     char label[160], verdict[8];
     int nout;
@@ -124,7 +125,8 @@ static void node_read(struct node_entry *e)
         node_str(&j, root, "case", c->label, sizeof c->label);
         node_str(&j, root, "verdict", c->verdict, sizeof c->verdict);
         node_outputs(&j, root, c);
-        e->passed += strcmp(c->verdict, "pass") == 0 || strcmp(c->verdict, "skip") == 0;
+        e->passed += strcmp(c->verdict, "pass") == 0 || strcmp(c->verdict, "cached") == 0 ||
+                     strcmp(c->verdict, "skip") == 0;
         if (!*e->model) node_str(&j, root, "device", e->model, sizeof e->model);
         if (!*e->pci) node_str(&j, root, "pci_bus_id", e->pci, sizeof e->pci);
         if (!*e->uuid) node_str(&j, root, "uuid", e->uuid, sizeof e->uuid);

@@ -1,7 +1,9 @@
 /* src/report.c — what a run prints: the machine summary, one table row per
  * output with every gate, the launch geometry and timer lines, the rounds, and
- * the same as JSON objects (--json).  Relies on gates.c, timer.c and
- * lowprec.c. */
+ * the same as JSON objects (--json).  Relies on gates.c and stats.c (the
+ * verdicts), timer.c (times, rounds), worker.c (lost cases), inject.c (a
+ * fault's gate), lowprec.c (labels), gpu.c and compile.c (the machine, the
+ * arms), case.c, run.c, ref.c (formats) and util.c (JSON writers). */
 
 /* Tallies of a whole command, for the last line and the exit code. */
 struct tally {
@@ -518,8 +520,10 @@ static void print_rounds(const struct arm_case *ac, const struct rounds *rd)
 }
 
 /* Report a case on its arms: table rows (with an arm header line when
- * there are several, and a timer line under each timed row) and the
- * rounds; or, with --json, one object per arm and one for the rounds. */
+ * there are several or the arm is a candidate, and a timer line under each
+ * timed row with --wide, or when the arm's verdict came from the ledger)
+ * and the rounds; or, with --json, one object per arm and one for the
+ * rounds. */
 static void report_arms(struct run *r, struct arm_case *ac, int narms, const struct rounds *rd, int pass)
 {
     const struct opts *o = r->o;
@@ -711,14 +715,14 @@ static size_t report_seeds(const struct kcase *cases, size_t n, const struct opt
     printf("\nseeds %" PRIu64 "..%" PRIu64 ": cases passed on every seed, or on how many\n", o->seed,
            o->seed + (uint64_t)o->seeds - 1);
     for (size_t i = 0; i < n; i++) {
-        if (skip_case[i]) { printf("  %-*s skip (the device lacks its format)\n", LABEL_W, cases[i].label); skipped++; continue; }
+        if (skip_case[i]) { printf("  %-*s skip (not run here: its table row says why)\n", LABEL_W, cases[i].label); skipped++; continue; }
         bad += passed[i] < o->seeds;
         if (passed[i] == o->seeds) printf("  %-*s %d/%d\n", LABEL_W, cases[i].label, passed[i], o->seeds);
         else printf("  %-*s %d/%d FAIL (first on seed %" PRIu64 ")\n", LABEL_W, cases[i].label, passed[i], o->seeds,
                     first_fail[i]);
     }
-    printf("kgate: %zu cases on %d seeds: %zu passed on every seed, %zu failed on some", n, o->seeds,
-           n - bad - skipped, bad);
+    printf("kgate: %zu case%s on %d seeds: %zu passed on every seed, %zu failed on some", n, n == 1 ? "" : "s",
+           o->seeds, n - bad - skipped, bad);
     if (skipped) printf("; %zu skipped", skipped);
     printf("\n");
     return bad;

@@ -1,7 +1,8 @@
 /* src/run.c — a case while it runs: its outputs and inputs (device buffers
  * between guard bands), the buffers it owns, seeded inputs and their uploads,
  * the hook of a planted fault, and each launch run eagerly or through its
- * graph.  Relies on util.c, ref.c, gpu.c and case.c. */
+ * graph.  Relies on util.c, ref.c, gpu.c, options.c, compile.c (the arm's
+ * graphs) and case.c. */
 
 /* A block of a product output: rows [row0, row0 + rows) of the output are
  * x (rows x inner) · y (inner x cols), canonical row-major floats. */

@@ -2,7 +2,7 @@
  * pass over the checked elements (and one over all elements for NaN/inf
  * and the checksums): what every gate of gates.c reads.  Relies on run.c
  * (outputs, what the launches did to the inputs), plan.c (the check plan
- * and its references) and lowprec.c (the quantize stage). */
+ * and its references), ref.c (formats) and util.c. */
 
 /* What --repeat found for one output: runs made, whether the kernels declare
  * atomics (then each run was gated instead of compared), and the first

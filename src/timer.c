@@ -1,9 +1,10 @@
 /* src/timer.c — the timer: one launch sampled between device events with
  * the L2 flushed and the outputs poisoned outside the window, arms
  * interleaved, medians with their spread, the SM clock per sample; the rounds
- * of compare and noise.  Relies on gpu.c, compile.c (arms) and run.c. */
+ * of compare and noise.  Relies on gpu.c, compile.c (arms), run.c and util.c
+ * (the watchdog's hooks). */
 
-/* What the timer knows of one launch of one arm (notes/timing.md: median,
+/* What the timer knows of one launch of one arm (README "The timer": median,
  * spread, n, the SM clock per sample, throttled samples flagged). */
 struct timing {
     int n;                        /* samples kept (throttled ones are not) */

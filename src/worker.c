@@ -132,7 +132,7 @@ static int supervise(int ntasks, void (*work)(void *ctx, int first), void (*lost
             rc = code > 0 ? code : EXIT_DEVICE;
             if (code < 0)
                 fprintf(stderr, "kgate: the worker died of signal %d (%s) %s\n", WTERMSIG(status),
-                        strsignal(WTERMSIG(status)), cur < 0 ? "between cases" : "before its first case");
+                        strsignal(WTERMSIG(status)), atomic_load(&w->ready) ? "between cases" : "before its first case");
             break;
         }
         struct lost l = { .task = cur, .how = hung ? LOST_HUNG : LOST_FAULT };
