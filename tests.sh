@@ -1776,7 +1776,7 @@ nt=$(grep -cE "^    timer: median [0-9.]+ us \(IQR [0-9.]+-[0-9.]+, min [0-9.]+\
 nr=$(grep -cE "^gemm bf16 NT 48x40x56 +C +pass " "$tmp/out")
 [ "$nt" -eq 3 ] && [ "$nr" -eq 3 ] && ok "--wide: each of the 3 timed arms' rows has the timer's line" || bad "--wide: $nt timer lines for $nr passing rows, want 3 and 3"
 [ "$(lines "$L")" -eq 3 ] && ok "one ledger line per measured arm (reference, candidate, A/A copy)" || bad "ledger has $(lines "$L") lines, want 3"
-has "$L" '"role":"candidate".*"defines":"-DGEMM_BM=32".*"code_sha256":"[0-9a-f]{64}".*"verdict":"pass".*"ratio":[0-9.]+.*"band":[0-9.]+.*"budget_used":1,"budget":3,.*"gates":\{"allclose":\{"pass":true,"value":' "the candidate's line: defines, sha256, verdict, ratio, band, budget count, every gate value"
+has "$L" '"role":"candidate".*"defines":"-DGEMM_BM=32".*"code_sha256":"[0-9a-f]{64}".*"verdict":"pass".*"ratio":[0-9.]+.*"band":[0-9.]+.*"gates":\{"allclose":\{"pass":true,"value":.*,"budget_used":1,"budget":3,"line_sha256":' "the candidate's line: defines, sha256, verdict, ratio, band, budget count, every gate value"
 has "$L" '"role":"reference".*"aa_ratio":[0-9.]+' "the reference's line holds the A/A ratio"
 ls "$L.objects/"*.txt >/dev/null 2>&1 && has "$(ls "$L.objects/"*.txt | head -1)" "^options: " "compile options and log kept beside the ledger" || bad "no $L.objects/*.txt"
 expect 0 "compare v2 reuses the band from the ledger" $K compare $G --variant v2 -D GEMM_BM=48 --rounds 3
@@ -1856,11 +1856,63 @@ has "$tmp/out" "line 2: its seq is out of order" "verify names where the order b
 { cat "$L"; printf '\0\0\0\0garbage\n'; } >"$tmp/z.ledger"
 expect 1 "verify: NUL bytes after the last line" $K ledger verify --ledger "$tmp/z.ledger"
 has "$tmp/out" "holds a NUL byte" "verify names the NUL bytes"
+{ cat "$L"; printf 'x'; } >"$tmp/x.ledger"
+expect 1 "verify: a last line that is neither whole nor a line's start" $K ledger verify --ledger "$tmp/x.ledger"
+has "$tmp/out" "line $(( $(lines "$L") + 1 )): not a ledger line" "verify names it"
+sed -n 1p "$L" | sed 's/"prev":"0/"prev":"1/' >"$tmp/p.ledger"
+expect 1 "verify: line 1 chained to a line before it" $K ledger verify --ledger "$tmp/p.ledger"
+has "$tmp/out" "line 1: its prev is not 64 zeros, as the first line's is" "verify says line 1's prev must be zeros"
+sed 's/$/\r/' "$L" >"$tmp/crlf.ledger"
+expect 1 "verify: CRLF line ends" $K ledger verify --ledger "$tmp/crlf.ledger"
+has "$tmp/out" "line 1: it ends in a carriage return" "verify names the carriage return"
+# A process killed inside the write() of its lines can leave part of one (Linux copies a write a page
+# at a time and stops between pages for SIGKILL; before 2026-12-05 that tail made the ledger refuse
+# every later run).  Such a tail begins as the next line would: an interrupted append, no line.
+n0=$(lines "$L")
 head -c -20 "$L" >"$tmp/i.ledger"
-expect 1 "verify: a torn last line" $K ledger verify --ledger "$tmp/i.ledger"
-has "$tmp/out" "is torn" "verify names the torn line"
-expect 2 "no append after a torn line" $K gemm --device cpu --shape 8x8x8 --ledger "$tmp/i.ledger"
-has "$tmp/err" "does not verify at line [0-9]+: it is torn" "appending to a torn ledger is refused"
+expect 0 "verify: an interrupted append at the end" $K ledger verify --ledger "$tmp/i.ledger"
+has "$tmp/out" "ends in an interrupted append \([0-9]+ bytes without a newline" "verify notes the interrupted append"
+has "$tmp/out" ": $((n0 - 1)) lines, chain intact" "verify counts the whole lines alone"
+expect 0 "the table of a ledger with an interrupted append" $K ledger --ledger "$tmp/i.ledger"
+expect 0 "an append after an interrupted one" $K gemm --device cpu --shape 8x8x8 --ledger "$tmp/i.ledger"
+has "$tmp/err" "ended in an interrupted append \([0-9]+ bytes without a newline.*\): cut off" "the append cuts it off, saying so"
+expect 0 "verify after the cut" $K ledger verify --ledger "$tmp/i.ledger"
+has "$tmp/out" ": $n0 lines, chain intact" "the new line follows the last whole one"
+grep -q "interrupted" "$tmp/out" && bad "verify after the cut still notes a tail" || ok "no tail left after the cut"
+python3 - "$L" "$tmp/e2.ledger" <<'PY'
+import sys
+lines = open(sys.argv[1]).read().split("\n")[:-1]
+lines[-1] = lines[-1].replace('"verdict":"pass"', '"verdict":"fail"', 1)
+open(sys.argv[2], "w").write("\n".join(lines))
+PY
+expect 1 "verify: an edited last line without its newline (whole, not an interrupted append)" $K ledger verify --ledger "$tmp/e2.ledger"
+has "$tmp/out" "line $n0: its text does not match its line_sha256" "verify names it"
+expect 2 "no append after it" $K gemm --device cpu --shape 8x8x8 --ledger "$tmp/e2.ledger"
+head -c -1 "$L" >"$tmp/w.ledger"
+expect 0 "verify: a last line without its newline" $K ledger verify --ledger "$tmp/w.ledger"
+has "$tmp/out" ": $n0 lines, chain intact.*" "that line counts"
+expect 0 "an append after a line without its newline" $K gemm --device cpu --shape 8x8x8 --ledger "$tmp/w.ledger"
+expect 0 "verify after it" $K ledger verify --ledger "$tmp/w.ledger"
+has "$tmp/out" ": $((n0 + 1)) lines, chain intact" "the newline added, the line kept, the new line chained to it"
+# The real thing: a run killed inside its write(), after 100 bytes of its lines (KGATE_TEST_LEDGER_TEAR).
+cp "$L" "$tmp/k.ledger"
+KGATE_TEST_LEDGER_TEAR=100 $K gemm --device cpu --shape 8x8x8 --ledger "$tmp/k.ledger" >/dev/null 2>&1
+[ "$(($(wc -c <"$tmp/k.ledger") - $(wc -c <"$L")))" = 100 ] && ok "KGATE_TEST_LEDGER_TEAR: killed after 100 bytes of its line" \
+    || bad "the tear left $(($(wc -c <"$tmp/k.ledger") - $(wc -c <"$L"))) bytes, want 100"
+expect 0 "verify after a run killed inside its write()" $K ledger verify --ledger "$tmp/k.ledger"
+has "$tmp/out" "interrupted append \(100 bytes" "verify notes the killed run's 100 bytes"
+expect 0 "the next run appends" $K gemm --device cpu --shape 8x8x8 --ledger "$tmp/k.ledger"
+expect 0 "verify after it" $K ledger verify --ledger "$tmp/k.ledger"
+has "$tmp/out" ": $((n0 + 1)) lines, chain intact" "the torn bytes gone, one new line"
+truncate -s 300M "$tmp/big.ledger"
+expect 2 "a ledger over 256 MiB" $K ledger verify --ledger "$tmp/big.ledger"
+one_line "a ledger over 256 MiB"
+rm -f "$tmp/big.ledger"
+expect 2 "--ledger ''" $K gemm --device cpu --shape 8x8x8 --ledger ""
+one_line "--ledger ''"
+expect 2 "--ledger in a directory that does not exist" $K gemm --device cpu --shape 8x8x8 --ledger "$tmp/nodir/sub/l"
+one_line "--ledger in a directory that does not exist"
+[ -e "$tmp/nodir" ] && bad "kgate made the ledger's missing directory" || ok "the missing directory is not made"
 
 echo "-- concurrent appends and kill -9 never tear or interleave a line"
 C="$tmp/conc.ledger"
@@ -1870,6 +1922,25 @@ done
 wait
 [ "$(lines "$C")" -eq 40 ] && ok "4 processes x 5 noise runs x 2 arms: 40 lines" || bad "concurrent: $(lines "$C") lines, want 40"
 expect 0 "verify after concurrent appends" $K ledger verify --ledger "$C"
+# 6 compares started at once on a budget of 2: two candidates get in, the others exit 4 having
+# appended nothing, and each line's budget count is the ledger's as it was appended (before
+# 2026-12-05 counts were taken before the lock, and losers left their reference lines).
+Bd="$tmp/budget.ledger"
+for i in 1 2 3 4 5 6; do
+    ( $K compare gemm --device cpu --shape 16x16x16 --variant b$i -D KG_B=$i --ledger "$Bd" --budget 2 --rounds 2 \
+        >/dev/null 2>&1; echo $? >"$tmp/b$i" ) &
+done
+wait
+[ "$(cat "$tmp"/b[1-6] | sort | tr '\n' ' ')" = "0 0 4 4 4 4 " ] && ok "budget 2, 6 at once: 2 ran, 4 exited 4" \
+    || bad "budget 2, 6 at once: exits $(cat "$tmp"/b[1-6] | tr '\n' ' ')"
+python3 - "$Bd" <<'PY' && ok "6 lines, each with the ledger's budget count" || bad "the budget counts of concurrent compares"
+import json, sys
+seen, lines = set(), [json.loads(l) for l in open(sys.argv[1])]
+for d in lines:
+    if d["role"] == "candidate": seen.add(d["code_sha256"])
+    assert d["budget_used"] == len(seen), (d["seq"], d["budget_used"], len(seen))
+assert len(lines) == 6, len(lines)
+PY
 KGATE_TEST_LEDGER_HOLD=30 $K gemm --device cpu --shape 16x16x16 --ledger "$C" >/dev/null 2>"$tmp/hold" &
 holder=$!
 for i in $(seq 100); do grep -q "holding the ledger lock" "$tmp/hold" && break; sleep 0.1; done

@@ -1,21 +1,30 @@
 /* src/ledger.c — the ledger: append-only JSON lines chained by SHA-256,
  * appended under a lock in one write; the budget of candidate code objects;
  * verdicts and bands reused from it; `kgate ledger [verify | best]`.
- * Relies on util.c, compile.c (arms) and report.c (the JSON of a case). */
+ * Relies on util.c, gpu.c (the device), options.c, compile.c (arms), case.c,
+ * run.c, timer.c (rounds) and report.c (the JSON of a case). */
 
-/* The ledger (README "Ledger and budget"): JSON lines, append-only, one per
+/* The ledger (README "Porting: variants, compare, noise, the ledger and the
+ * budget"): JSON lines, append-only, one per
  * measured arm.  Each line is
  *   {"seq":N,"prev":"<sha256 of line N-1>",<fields>,"line_sha256":"<sha256>"}
  * where line_sha256 hashes the line's text before ',"line_sha256"', and the
  * first line's prev is 64 zeros; `kgate ledger verify` finds any edited,
- * removed, reordered or torn line.  kgate trusts no verdict of a ledger
- * whose chain does not verify.  An append takes an exclusive flock,
- * re-reads and verifies the ledger, re-checks the budget, and writes the
- * new line with one write() on an O_APPEND descriptor, then fsyncs:
- * concurrent runs never interleave, and a process killed at any point
- * leaves whole lines only. */
+ * removed or reordered line.  kgate trusts no verdict of a ledger whose
+ * chain does not verify.  A case's lines are appended together: under an
+ * exclusive flock kgate re-reads and verifies the ledger, checks the budget
+ * for every arm, and writes the lines with one write() on an O_APPEND
+ * descriptor, then fsyncs; readers take a shared flock.  So concurrent runs
+ * never interleave or half-read a line.  A process killed inside that
+ * write() can leave the whole lines of its first arms and part of the
+ * next: Linux copies a write a page at a time and stops between pages for
+ * a fatal signal.  Such a tail (no newline,
+ * not a whole line) is an interrupted append, never a line of the ledger:
+ * readers pass over it with a note, and the next append cuts it off
+ * (ledger_tail). */
 
 #define LEDGER_DEFAULT "kgate.ledger"
+#define LEDGER_MAX_BYTES ((off_t)256 << 20)   /* the largest ledger kgate reads (a line is 1-8 KiB) */
 #define BUDGET_DEFAULT 3
 #define LEDGER_ZERO "0000000000000000000000000000000000000000000000000000000000000000"
 
@@ -148,6 +157,10 @@ static const char *ledger_path(const struct opts *o) { return o->ledger_path ? o
 static const char LEDGER_PREV_BROKEN[] =
     "its prev is not the sha256 of the line before (that line was edited, removed or reordered)";
 
+/* A line without its whole `,"line_sha256":"<64 hex>"}` ending: all that a
+ * write killed part-way leaves of a line (ledger_walk). */
+static const char LEDGER_SHA_MISSING[] = "its line_sha256 is missing";
+
 /* Check one ledger line (without its newline) against the chain: its seq,
  * the hash of the line before (prev_sha), and its own line_sha256.  NULL
  * if it holds, else what is wrong. */
@@ -160,55 +173,106 @@ static const char *ledger_line_problem(const char *line, long seq, const char *p
     if (isnan(at) || at != (double)seq)
         return "its seq is out of order (a line before it was removed, or lines were reordered)";
     if (ledger_field(line, "prev", prev, sizeof prev) != 0 || strcmp(prev, prev_sha) != 0)
-        return LEDGER_PREV_BROKEN;
-    const char *m = strstr(line, marker);
+        return seq == 1 ? "its prev is not 64 zeros, as the first line's is (lines before it were removed)"
+                        : LEDGER_PREV_BROKEN;
     size_t len = strlen(line);
+    if (len && line[len - 1] == '\r') return "it ends in a carriage return (the file was given CRLF line ends)";
+    const char *m = strstr(line, marker);
     if (!m || len < 2 || strcmp(line + len - 2, "\"}") != 0 || (size_t)(line + len - m) != sizeof marker - 1 + 64 + 2)
-        return "its line_sha256 is missing";
+        return LEDGER_SHA_MISSING;
     snprintf(self, sizeof self, "%.64s", m + sizeof marker - 1);
     sha256_text(line, (size_t)(m - line), want);
     if (strcmp(self, want) != 0) return "its text does not match its line_sha256 (the line was edited)";
     return NULL;
 }
 
+/* What follows a ledger's last newline, when anything does (ledger_walk):
+ * a whole line whose newline is missing (an editor may drop it), or the
+ * part of a line that an append killed inside its write() left. */
+struct ledger_tail {
+    size_t at, bytes;             /* where the tail starts, its length (0: the text ends in a newline) */
+    int whole;                    /* 1: it is a whole line of the chain (counted), 0: an interrupted append */
+};
+
+/* Whether the n bytes at p, which do not hold as a line for reason `why`,
+ * are what an append killed inside its write() leaves of line seq chained
+ * to prev_sha: its beginning, `{"seq":seq,"prev":"prev_sha",`, or more of
+ * it, without the whole line_sha256 ending (a line that has that ending
+ * and does not hold was edited, not cut). */
+static int ledger_line_start(const char *p, size_t n, long seq, const char *prev_sha, const char *why)
+{
+    char head[128];
+    int h = snprintf(head, sizeof head, "{\"seq\":%ld,\"prev\":\"%s\",", seq, prev_sha);
+    return memcmp(p, head, n < (size_t)h ? n : (size_t)h) == 0 && (n <= (size_t)h || why == LEDGER_SHA_MISSING);
+}
+
 /* Walk the ledger text (len bytes) line by line against the chain (see
  * ledger_line_problem), adding each line to lg when lg is not NULL.
  * Returns 0 if every line holds; else the number of the first line that
- * does not, with *why saying what is wrong (a torn last line and a NUL byte
- * included).  *lines gets the number of lines read, *last_sha the sha256 of
- * the last one (64 zeros for an empty ledger). */
+ * does not, with *why saying what is wrong (a NUL byte included).  A tail
+ * after the last newline goes to *tail: counted as a line when it is a
+ * whole one, left out when it begins as the next line would
+ * (ledger_line_start: an interrupted append), else it is the line that
+ * does not hold.  *lines gets the number of lines read, *last_sha the
+ * sha256 of the last one (64 zeros for an empty ledger). */
 static long ledger_walk(const char *text, size_t len, struct ledger *lg, const char **why, long *lines,
-                        char last_sha[65])
+                        char last_sha[65], struct ledger_tail *tail)
 {
     long seq = 0;
     snprintf(last_sha, 65, "%s", LEDGER_ZERO);
+    *tail = (struct ledger_tail){ len, 0, 0 };
+    *lines = 0;
     for (size_t at = 0; at < len;) {
         const char *p = text + at, *nl = memchr(p, '\n', len - at);
-        seq++;
-        *lines = seq;
-        if (!nl) { *why = "it is torn (the file does not end with a newline)"; return seq; }
-        size_t n = (size_t)(nl - p);
-        if (memchr(p, 0, n)) { *why = "it holds a NUL byte"; return seq; }
+        size_t n = nl ? (size_t)(nl - p) : len - at;
         char *line = xmalloc(n + 1);
         memcpy(line, p, n);
         line[n] = 0;
-        *why = ledger_line_problem(line, seq, last_sha);
+        seq++;
+        *why = memchr(p, 0, n) ? "it holds a NUL byte" : ledger_line_problem(line, seq, last_sha);
+        if (!nl) *tail = (struct ledger_tail){ at, n, !*why };
+        if (!nl && *why && ledger_line_start(p, n, seq, last_sha, *why)) {   /* an interrupted append: not a line */
+            free(line);
+            *why = NULL;
+            break;
+        }
+        if (!nl && *why) *tail = (struct ledger_tail){ len, 0, 0 };
+        *lines = seq;
         if (!*why && lg) ledger_add(lg, line);
         free(line);
         if (*why) return seq;
         sha256_text(p, n, last_sha);
         at += n + 1;
     }
-    *lines = seq;
     return 0;
 }
 
-/* The whole content of open file fd into a new string; NULL on a read
- * error. */
-static char *ledger_read_fd(int fd, size_t *len)
+/* A note on the tail t of ledger `path` for its readers (NULL when there is
+ * none): what it is, and what the next append does with it. */
+static const char *ledger_tail_note(const char *path, const struct ledger_tail *t)
+{
+    static char note[PATH_MAX + 200];
+    if (!t->bytes) return NULL;
+    if (t->whole)
+        snprintf(note, sizeof note, "the ledger %s: its last line lacks its newline; the next append adds it",
+                 shown(path));
+    else
+        snprintf(note, sizeof note, "the ledger %s ends in an interrupted append (%zu byte%s without a newline, "
+                 "left by a run killed while writing): not a line of the ledger; the next append cuts it off",
+                 shown(path), t->bytes, t->bytes == 1 ? "" : "s");
+    return note;
+}
+
+/* The whole content of open file fd (the ledger at path) into a new
+ * string; NULL on a read error.  Exit 2 if it is larger than
+ * LEDGER_MAX_BYTES. */
+static char *ledger_read_fd(int fd, const char *path, size_t *len)
 {
     off_t end = lseek(fd, 0, SEEK_END);
     if (end < 0) return NULL;
+    if (end > LEDGER_MAX_BYTES)
+        die(EXIT_USAGE, "the ledger %s holds %lld bytes, more than the %lld kgate reads: start another (--ledger "
+            "FILE)", shown(path), (long long)end, (long long)LEDGER_MAX_BYTES);
     char *s = xmalloc((size_t)end + 1);
     size_t got = 0;
     while (got < (size_t)end) {
@@ -246,7 +310,7 @@ static char *ledger_read(const char *path, size_t *len)
 {
     int fd = open(path, O_RDONLY | O_NONBLOCK);
     if (fd < 0) return NULL;
-    char *text = flock(fd, LOCK_SH) == 0 ? ledger_read_fd(fd, len) : NULL;
+    char *text = flock(fd, LOCK_SH) == 0 ? ledger_read_fd(fd, path, len) : NULL;
     int err = errno;
     close(fd);
     errno = err;
@@ -256,7 +320,7 @@ static char *ledger_read(const char *path, size_t *len)
 /* Read the ledger at lg->path into lg (nothing if the file does not exist
  * yet), every line checked against the chain: exit 2 if it cannot be read
  * or does not verify, for no verdict is taken from a ledger that was
- * edited. */
+ * edited.  A note on stderr for its tail (ledger_tail_note). */
 static void ledger_load(struct ledger *lg)
 {
     size_t len = 0;
@@ -264,10 +328,12 @@ static void ledger_load(struct ledger *lg)
     if (!text && errno == ENOENT) return;
     if (!text) die(EXIT_USAGE, "cannot read the ledger %s: %s", shown(lg->path), strerror(errno));
     const char *why = NULL;
-    long lines = 0, bad = ledger_walk(text, len, lg, &why, &lines, (char[65]){ 0 });
+    struct ledger_tail tail;
+    long lines = 0, bad = ledger_walk(text, len, lg, &why, &lines, (char[65]){ 0 }, &tail);
     free(text);   /* before die: LeakSanitizer reports a buffer only a register still points to */
     if (bad)
         die(EXIT_USAGE, "the ledger %s does not verify at line %ld: %s (kgate ledger verify)", shown(lg->path), bad, why);
+    if (ledger_tail_note(lg->path, &tail)) fprintf(stderr, "kgate: %s\n", ledger_tail_note(lg->path, &tail));
 }
 
 /* Open the ledger the options name for appends and read it: exit 2 before
@@ -278,7 +344,15 @@ static void ledger_open(struct ledger *lg, const struct opts *o)
     memset(lg, 0, sizeof *lg);
     lg->path = ledger_path(o);
     lg->budget = o->budget ? o->budget : BUDGET_DEFAULT;
-    ledger_check_path(lg->path, 0);
+    if (!ledger_check_path(lg->path, 0)) {   /* kgate makes the ledger, not the directory it is to be in */
+        char parent[PATH_MAX];
+        snprintf(parent, sizeof parent, "%s", lg->path);
+        char *slash = strrchr(parent, '/');
+        if (slash) *(slash == parent ? slash + 1 : slash) = 0;
+        struct stat st;
+        if (slash && stat(parent, &st) != 0)
+            die(EXIT_USAGE, "cannot make the ledger %s: %s: %s", shown(lg->path), shown(parent), strerror(errno));
+    }
     char dir[PATH_MAX];
     if (snprintf(dir, sizeof dir, "%s.objects", lg->path) >= (int)sizeof dir)
         die(EXIT_USAGE, "the ledger path %s is too long", shown(lg->path));
@@ -427,13 +501,27 @@ static double ledger_band(const struct ledger *lg, const struct kcase *c, const 
     return -1;
 }
 
-/* Append one line with `fields` (JSON members, no braces) for arm a to the
- * ledger, chained to the last line.  Under an exclusive lock it re-reads and
- * verifies the whole ledger (another process may have appended meanwhile),
- * re-checks the budget for a candidate (exit 4 when a concurrent run took
- * the last slot), then writes the line with one write() and fsyncs; a short
- * write is cut back off.  Returns the line's seq. */
-static long ledger_append(struct ledger *lg, const char *fields, const struct arm *a, const char *kase)
+/* Cut the tail t of the ledger open as fd (held under the exclusive lock)
+ * off when it is an interrupted append, with a note; a whole last line
+ * without its newline keeps its place (the caller writes the newline). */
+static void ledger_cut_tail(int fd, const char *path, const struct ledger_tail *t)
+{
+    if (!t->bytes || t->whole) return;
+    if (ftruncate(fd, (off_t)t->at) != 0)
+        die(EXIT_IO, "cannot cut the interrupted append off the ledger %s: %s", shown(path), strerror(errno));
+    fprintf(stderr, "kgate: the ledger %s ended in an interrupted append (%zu byte%s without a newline, left by a "
+            "run killed while writing): cut off\n", shown(path), t->bytes, t->bytes == 1 ? "" : "s");
+}
+
+/* Append one line per arm of a case (fields[a]: JSON members, no braces,
+ * for arm a), chained.  Under an exclusive lock it re-reads and verifies
+ * the whole ledger (another process may have appended meanwhile), cuts an
+ * interrupted append off, checks the budget for every arm before writing
+ * any (exit 4 when a concurrent run took the last slot), then writes the
+ * lines, each with its budget count, in one write() and fsyncs; a short
+ * write is cut back off.  Returns the first line's seq. */
+static long ledger_append(struct ledger *lg, char *const *fields, const struct arm *const *arms, int narms,
+                          const char *kase)
 {
     int fd = open(lg->path, O_RDWR | O_APPEND | O_CREAT, 0644);
     if (fd < 0) die(EXIT_IO, "cannot open the ledger %s: %s", shown(lg->path), strerror(errno));
@@ -441,25 +529,43 @@ static long ledger_append(struct ledger *lg, const char *fields, const struct ar
     const char *hold = getenv("KGATE_TEST_LEDGER_HOLD");   /* tests: kill -9 while the lock is held */
     if (hold) fprintf(stderr, "kgate: holding the ledger lock (test)\n"), usleep((useconds_t)(atof(hold) * 1e6));
     size_t old = 0;
-    char *text = ledger_read_fd(fd, &old), prev[65];
+    char *text = ledger_read_fd(fd, lg->path, &old), prev[65];
     if (!text) die(EXIT_IO, "cannot read the ledger %s: %s", shown(lg->path), strerror(errno));
     const char *why = NULL;
+    struct ledger_tail tail;
     long lines = 0;
     lg->n = 0;
-    long bad = ledger_walk(text, old, lg, &why, &lines, prev);
+    long bad = ledger_walk(text, old, lg, &why, &lines, prev, &tail);
     free(text);
-    if (bad) die(EXIT_USAGE, "the ledger %s does not verify at line %ld: %s; nothing appended", lg->path, bad, why);
-    ledger_budget_check(lg, a, kase);
-    char *line = NULL;
+    if (bad)
+        die(EXIT_USAGE, "the ledger %s does not verify at line %ld: %s; nothing appended", shown(lg->path), bad, why);
+    ledger_cut_tail(fd, lg->path, &tail);
+    old = tail.bytes && !tail.whole ? tail.at : old;
+    for (int a = 0; a < narms; a++) ledger_budget_check(lg, arms[a], kase);
+    char *buf = NULL;
     size_t len = 0;
-    FILE *f = open_memstream(&line, &len);
-    fprintf(f, "{\"seq\":%ld,\"prev\":\"%s\",%s", lines + 1, prev, fields);
-    fflush(f);
-    char self[65];
-    sha256_text(line, len, self);
-    fprintf(f, ",\"line_sha256\":\"%s\"}\n", self);
+    FILE *f = open_memstream(&buf, &len);
+    if (tail.bytes && tail.whole) fputc('\n', f);
+    for (int a = 0; a < narms; a++) {
+        char *line = NULL, self[65];
+        size_t n = 0;
+        FILE *g = open_memstream(&line, &n);
+        int known = 0, used = ledger_candidates(lg, arms[a]->code.sha, &known);
+        fprintf(g, "{\"seq\":%ld,\"prev\":\"%s\",%s,\"budget_used\":%d,\"budget\":%d", lines + 1 + a, prev,
+                fields[a], used + (arms[a]->candidate && !known), lg->budget);
+        fflush(g);
+        sha256_text(line, n, self);
+        fprintf(g, ",\"line_sha256\":\"%s\"}", self);
+        fclose(g);
+        ledger_add(lg, line);
+        sha256_text(line, strlen(line), prev);
+        fprintf(f, "%s\n", line);
+        free(line);
+    }
     fclose(f);
-    ssize_t w = write(fd, line, len);
+    const char *tear = getenv("KGATE_TEST_LEDGER_TEAR");   /* tests: killed inside the write, after N bytes */
+    if (tear && write(fd, buf, (size_t)atol(tear) < len ? (size_t)atol(tear) : len) >= 0) raise(SIGKILL);
+    ssize_t w = write(fd, buf, len);
     if (w != (ssize_t)len || fsync(fd) != 0) {
         int err = errno;
         if (w > 0 && ftruncate(fd, (off_t)old) != 0) err = errno;
@@ -468,9 +574,7 @@ static long ledger_append(struct ledger *lg, const char *fields, const struct ar
     }
     flock(fd, LOCK_UN);
     close(fd);
-    line[len - 1] = 0;
-    ledger_add(lg, line);
-    free(line);
+    free(buf);
     return lines + 1;
 }
 
@@ -500,10 +604,10 @@ static void ledger_keep_log(const struct ledger *lg, const struct device *d, con
 /* The ledger fields of arm a of run r (JSON members, no braces): where and
  * when, what ran, under which conditions, the arm's verdict (and its gates'
  * alone, which later runs may reuse: not on a line with a planted fault),
- * its time and the rounds when the case was timed (timed), the budget, and
- * every gate value of every output. */
-static void ledger_fields(FILE *f, const struct ledger *lg, const struct run *r, const struct arm_case *ac,
-                          int a, const struct rounds *rd, int timed)
+ * its time and the rounds when the case was timed (timed), and every gate
+ * value of every output (ledger_append adds the budget count). */
+static void ledger_fields(FILE *f, const struct run *r, const struct arm_case *ac, int a, const struct rounds *rd,
+                          int timed)
 {
     const struct device *d = r->d;
     char when[32];
@@ -535,27 +639,31 @@ static void ledger_fields(FILE *f, const struct ledger *lg, const struct run *r,
     if (ac[a].gated && !r->o->inject) json_str(f, "gates_verdict", ac[a].gates_pass ? "pass" : "fail", 1);
     json_num(f, "median_us", timed && ac[a].total_us > 0 ? ac[a].total_us : NAN, 1);
     if (rd && timed) report_json_rounds(f, rd, a);
-    int known = 0, used = ledger_candidates(lg, ac[a].arm->code.sha, &known);
-    fprintf(f, "\"budget_used\":%d,\"budget\":%d,", used + (ac[a].arm->candidate && !known), lg->budget);
     report_json_outputs(f, r, &ac[a]);
 }
 
-/* One ledger line per arm of a case that ran, and each arm's compile log
- * and options beside the ledger. */
+/* One ledger line per arm of a case that ran, appended together
+ * (ledger_append), and each arm's compile log and options beside the
+ * ledger. */
 static void ledger_write_case(struct ledger *lg, struct run *r, struct arm_case *ac, int narms,
                               const struct rounds *rd, int pass)
 {
+    char *fields[TIMER_MAX_ARMS];
+    const struct arm *arms[TIMER_MAX_ARMS];
     for (int a = 0; a < narms; a++) {
         r->geom = ac[a].geom;
-        char *fields = NULL;
         size_t len = 0;
-        FILE *f = open_memstream(&fields, &len);
-        ledger_fields(f, lg, r, ac, a, rd, pass);
+        FILE *f = open_memstream(&fields[a], &len);
+        ledger_fields(f, r, ac, a, rd, pass);
         fclose(f);
+        arms[a] = ac[a].arm;
         ledger_keep_log(lg, r->d, ac[a].arm);
-        long seq = ledger_append(lg, fields, ac[a].arm, r->c->label);
-        free(fields);
-        if (!r->o->quiet) fprintf(stderr, "kgate: ledger %s line %ld: %s %s\n", lg->path, seq, ac[a].arm->name, r->c->label);
+    }
+    long seq = ledger_append(lg, fields, arms, narms, r->c->label);
+    for (int a = 0; a < narms; a++) {
+        free(fields[a]);
+        if (!r->o->quiet)
+            fprintf(stderr, "kgate: ledger %s line %ld: %s %s\n", lg->path, seq + a, ac[a].arm->name, r->c->label);
     }
 }
 
@@ -564,7 +672,7 @@ static void ledger_write_case(struct ledger *lg, struct run *r, struct arm_case 
 /* kgate ledger verify: every line whole and chained; exit 0, or 1 naming
  * the first line that breaks the chain.  Prints the last line's sha256:
  * kept elsewhere, it also shows lines cut off the end or a last line
- * rewritten with its hashes. */
+ * rewritten with its hashes.  A note for its tail (ledger_tail_note). */
 static int ledger_verify(const char *path)
 {
     size_t len = 0;
@@ -573,13 +681,16 @@ static int ledger_verify(const char *path)
     if (!text) die(EXIT_USAGE, "cannot read the ledger %s: %s", shown(path), strerror(errno));
     const char *why = NULL;
     char last[65];
-    long lines = 0, bad = ledger_walk(text, len, NULL, &why, &lines, last);
+    struct ledger_tail tail;
+    long lines = 0, bad = ledger_walk(text, len, NULL, &why, &lines, last, &tail);
     free(text);
     if (bad) {
-        printf("ledger %s: line %ld: %s\n", path, bad, why);
+        printf("ledger %s: line %ld: %s\n", shown(path), bad, why);
         return EXIT_GATE;
     }
-    printf("ledger %s: %ld line%s, chain intact; last line sha256 %s\n", path, lines, lines == 1 ? "" : "s", last);
+    printf("ledger %s: %ld line%s, chain intact; last line sha256 %s\n", shown(path), lines, lines == 1 ? "" : "s",
+           last);
+    if (ledger_tail_note(path, &tail)) printf("%s\n", ledger_tail_note(path, &tail));
     return EXIT_PASS;
 }
 
@@ -604,14 +715,16 @@ static int ledger_table(const char *path)
     char *text = ledger_read(path, &len);
     if (!text) die(EXIT_USAGE, "cannot read the ledger %s: %s", shown(path), strerror(errno));
     const char *why = NULL;
-    long lines = 0, bad = ledger_walk(text, len, NULL, &why, &lines, (char[65]){ 0 });
+    struct ledger_tail tail;
+    long lines = 0, bad = ledger_walk(text, len, NULL, &why, &lines, (char[65]){ 0 }, &tail);
     printf("%5s %-20s %-40s %-14s %-10s %-12s %-7s %-5s %11s %7s %7s %-7s %6s\n", "line", "time (UTC)", "case",
            "arm", "role", "code object", "verdict", "path", "median-us", "ratio", "band-%", "compare", "budget");
     long ln = 0, stop = bad && why == LEDGER_PREV_BROKEN ? bad - 1 : bad;   /* the first row not shown */
-    for (char *p = text, *nl; *p; p = nl + 1) {
+    text[tail.bytes && !tail.whole ? tail.at : len] = 0;   /* an interrupted append is no row */
+    for (char *p = text, *nl; *p; p = nl ? nl + 1 : p + strlen(p)) {
         nl = strchr(p, '\n');
-        if (!nl || (bad && ++ln >= stop)) break;
-        *nl = 0;
+        if (bad && ++ln >= stop) break;
+        if (nl) *nl = 0;
         char when[32] = "", kase[256] = "", arm[64] = "", role[16] = "", sha[65] = "", verdict[16] = "",
              cmp[16] = "-", med[32], ratio[32], band[32], used[16] = "?", budget[16] = "?", path[16] = "eager";
         ledger_field(p, "time", when, sizeof when);
@@ -636,7 +749,9 @@ static int ledger_table(const char *path)
     free(text);
     if (bad)
         fprintf(stderr, "kgate: ledger %s: line %ld: %s (kgate ledger verify); the table stops before line %ld\n",
-                path, bad, why, stop);
+                shown(path), bad, why, stop);
+    else if (ledger_tail_note(path, &tail))
+        fprintf(stderr, "kgate: %s\n", ledger_tail_note(path, &tail));
     return bad ? EXIT_GATE : EXIT_PASS;
 }
 

@@ -144,7 +144,11 @@ static int opts_parse_variant(struct opts *o, const char *key, const char *val)
         o->variant = val;
         return 2;
     }
-    if (strcmp(key, "--ledger") == 0) { o->ledger_path = val; return 2; }
+    if (strcmp(key, "--ledger") == 0) {
+        if (!*val) die(EXIT_USAGE, "--ledger: expected a file name, not an empty one");
+        o->ledger_path = val;
+        return 2;
+    }
     if (strcmp(key, "--budget") == 0) { o->budget = opts_whole(key, val, 1, 1000); return 2; }
     if (strcmp(key, "--rounds") == 0) { o->rounds = opts_whole(key, val, 2, 100); return 2; }
     if (strcmp(key, "--expect") == 0) {
