@@ -455,6 +455,19 @@ for c in "attn --seq 64 --heads 2 --dim 16" "gemm --dtype e4m3 --scaling row --s
 g=json.loads(open(sys.argv[1]).read())["outputs"][0]["gates"]["checksum"]
 assert g["pass"] and g["value"] is None, g' "$tmp/out" 2>"$tmp/py" && ok "checksum on $c: not gated" || bad "checksum on $c: $(cat "$tmp/py")"
 done
+# Off the sampled rows, each row is checked on columns of its own, the rows taking turns over column
+# groups (heads, for attention): a 16 x 16 fragment there is seen.  Before 2026-12-05 every such row
+# was checked on the same columns (one seeded head): this fault passed O's gates on 3 of 4 seeds.
+run $K attn --device cpu --seq 2048 --heads 8 --dim 64 --inject fragment --seeds 4
+has "$tmp/out" "^  attn bf16 b1 s2048:2048 h8:8 d64 +0/4 FAIL" "--inject fragment on a sampled attention forward: failed on each of 4 seeds"
+[ "$(grep -c "^    FAIL allclose (check): [0-9]* of [0-9]* checked" "$tmp/out")" -eq 8 ] \
+    && grep -q "tile-covering sample" "$tmp/err" && ok "--inject fragment: allclose fails O and LSE on every seed, on a sample" \
+    || bad "--inject fragment: $(grep -c "FAIL allclose" "$tmp/out") allclose failures, want 8"
+expect 1 "--inject fragment on a sampled gemm" $K gemm --device cpu --shape 1500x1500x1000 --inject fragment
+has "$tmp/out" "^    FAIL allclose \(check\)" "--inject fragment on a sampled gemm: allclose sees it"
+expect 2 "--inject fragment on attention of 32 heads (a row checks one head: 16 rows, 16 heads)" $K attn --device cpu \
+    --seq 64 --heads 32 --dim 16 --inject fragment
+one_line "--inject fragment on attention of 32 heads"
 expect 2 "--inject small-row on attn" $K attn --device cpu --seq 64 --heads 2 --dim 16 --inject small-row
 one_line "--inject small-row on attn"
 # The inputs' guard bands are checked after every run too (in-bounds): a store through an input's
@@ -822,9 +835,9 @@ one_line "diff: no manifest"
 cp -r "$DD/b" "$DD/trunc" && head -c 120 "$DD/b/manifest.json" >"$DD/trunc/manifest.json"
 expect 2 "diff: a truncated manifest" $K diff "$DD/a" "$DD/trunc"
 one_line "diff: a truncated manifest"
-cp -r "$DD/b" "$DD/fmt" && sed -i 's/kgate-dump 1/kgate-dump 2/' "$DD/fmt/manifest.json"
+cp -r "$DD/b" "$DD/fmt" && sed -i 's/kgate-dump 2/kgate-dump 3/' "$DD/fmt/manifest.json"
 expect 2 "diff: a dump of another format" $K diff "$DD/a" "$DD/fmt"
-has "$tmp/err" "format \"kgate-dump 2\"" "diff: the other format named"
+has "$tmp/err" "format \"kgate-dump 3\"" "diff: the other format named"
 cp -r "$DD/b" "$DD/npy" && head -c 4000 "$DD/b/C.out.npy" >"$DD/npy/C.out.npy"
 expect 2 "diff: a truncated .npy" $K diff "$DD/a" "$DD/npy"
 one_line "diff: a truncated .npy"
@@ -2307,7 +2320,7 @@ if make -s kgate-asan >"$tmp/build" 2>&1; then
     asan 0 "diff of a dump with itself, attn bwd" diff "$tmp/asan_dump3" "$tmp/asan_dump3"
     asan 0 "diff --json, grouped bwd" diff "$tmp/asan_dump1" "$tmp/asan_dump1" --json
     asan 2 "diff of two cases" diff "$tmp/asan_dump1" "$tmp/asan_dump2"
-    cp -r "$tmp/asan_dump3" "$tmp/asan_dump4" && printf '{"format":"kgate-dump 1","case":"x","seed":[[[' >"$tmp/asan_dump4/manifest.json"
+    cp -r "$tmp/asan_dump3" "$tmp/asan_dump4" && printf '{"format":"kgate-dump 2","case":"x","seed":[[[' >"$tmp/asan_dump4/manifest.json"
     asan 2 "diff: a malformed manifest" diff "$tmp/asan_dump3" "$tmp/asan_dump4"
     cp -r "$tmp/asan_dump3" "$tmp/asan_dump5" && printf '\223NUMPY\001\000\377\377{' >"$tmp/asan_dump5/O.out.npy"
     asan 2 "diff: a malformed .npy" diff "$tmp/asan_dump3" "$tmp/asan_dump5"

@@ -2,7 +2,7 @@
 """An independent oracle for kgate's dumps: every output recomputed in float64.
 
 Reads what `kgate CASE --dump DIR` and `kgate all --dump DIR` write (the format,
-"kgate-dump 1", is README's "An independent oracle" section): a case folder holds
+"kgate-dump 2", is README's "An independent oracle" section): a case folder holds
 manifest.json and .npy files: the inputs (gemm/grouped A, B, dC; attn Q, K, V, dO;
 low precision: codes, scales, E8M0 bytes), and per output the kernel's values (out),
 kgate's double reference on the checked rows (ref_rows) and columns (ref_cols).
@@ -27,7 +27,7 @@ import sys
 
 import numpy as np
 
-FORMAT = "kgate-dump 1"
+FORMAT = "kgate-dump 2"
 F4, F8, U1, U4 = "<f4", "<f8", "|u1", "<u4"
 
 # Agreement limits on ref-diff (max |kgate - oracle| / max |oracle|).  Both sides are
@@ -320,16 +320,26 @@ class Case:
 
 
 class Need:
-    """What the oracle must compute of one output: rows across all columns, columns on all rows."""
+    """What the oracle must compute of one output: rows across all columns, and on every
+    other row the columns of its own that colmap (rows x nc, cols_checked) names."""
 
-    def __init__(self, R, C, rows, cols, whole):
-        """Sorted unique rows and columns (whole: every row)."""
+    def __init__(self, R, C, rows, colmap, whole):
+        """Sorted unique rows, each row's columns, their union (whole: every row)."""
         self.R, self.C = R, C
         if whole:
             self.rows, self.cols = np.arange(R, dtype=np.int64), np.zeros(0, dtype=np.int64)
+            self.colmap = np.zeros((R, 0), dtype=np.int64)
         else:
             self.rows = np.unique(rows.astype(np.int64))
-            self.cols = np.unique(cols.astype(np.int64))
+            self.colmap = colmap.astype(np.int64)
+            self.cols = np.unique(self.colmap)
+
+    def col_rows(self, lo, n, keep):
+        """Rows in [lo, lo+n), relative to lo, whose own columns include one that keep() accepts."""
+        if self.colmap.shape[1] == 0:
+            return np.zeros(0, dtype=np.int64)
+        hit = np.any(keep(self.colmap[lo:lo + n]), axis=1)
+        return np.nonzero(hit)[0].astype(np.int64)
 
     def rows_in(self, lo, n):
         """Checked rows in [lo, lo+n), relative to lo."""
@@ -351,11 +361,13 @@ class Part:
             return self.b.np(self.full[self.b.idx(idx)])
         return self.b.np(self.rowvals[self.b.idx(np.searchsorted(self.rows, idx))])
 
-    def at_cols(self, idx):
-        """Values on columns idx, all rows, as NumPy."""
+    def at_rowcols(self, rows, colmap):
+        """Values of each row of rows on its own columns (colmap: len(rows) x nc), as NumPy."""
         if self.full is not None:
-            return self.b.np(self.full[:, self.b.idx(idx)])
-        return self.b.np(self.colvals[:, self.b.idx(np.searchsorted(self.cols, idx))])
+            full = self.b.np(self.full)
+            return full[rows[:, None], colmap]
+        colvals = self.b.np(self.colvals)
+        return colvals[rows[:, None], np.searchsorted(self.cols, colmap)]
 
 
 # ----- products: gemm, grouped, and low precision's dequantised operands
@@ -686,18 +698,6 @@ def attn_bwd_kv(b, q, do, lse, dd, J, Kj, Vj, sq, sk, causal, scale):
     return dk, dv
 
 
-def row_passes(rows, full_heads, heads, n):
-    """(heads, rows) pairs covering `rows` of every head and all n rows of full_heads."""
-    full = [h for h in heads if h in full_heads]
-    rest = [h for h in heads if h not in full_heads]
-    out = []
-    if full and n:
-        out.append((full, np.arange(n, dtype=np.int64)))
-    if rest and rows.size:
-        out.append((rest, rows))
-    return out
-
-
 def oracle_attn(c, b, needs):
     """Every needed attention output, per sequence and per KV-head group, batched over its query heads."""
     sq, sk = c.get("seqlens_q", "ints"), c.get("seqlens_k", "ints")
@@ -718,10 +718,20 @@ def oracle_attn(c, b, needs):
         got = [needs[x].rows_in(lo, n) for x in names if x in needs]
         return np.unique(np.concatenate(got)) if got else empty
 
-    def heads_of(names):
-        """Heads some of whose columns outputs `names` need on every row."""
-        return set(int(h) for x in names if x in needs
-                   for h in (needs[x].cols if x == "LSE" else needs[x].cols // D))
+    def head_rows(names, h, lo, n):
+        """Rows in [lo, lo+n), relative, on which outputs `names` check head h alone (their own columns)."""
+        got = [needs[x].col_rows(lo, n, lambda m, x=x: (m if x == "LSE" else m // D) == h) for x in names if x in needs]
+        return np.unique(np.concatenate(got)) if got else empty
+
+    def passes(names, heads, lo, n):
+        """(heads, rows) pairs: the rows outputs `names` need of each of `heads`, heads with the same rows
+        batched together."""
+        base, by_rows = rows_in(names, lo, n), {}
+        for h in heads:
+            rows = np.union1d(base, head_rows(names, h, lo, n)).astype(np.int64)
+            if rows.size:
+                by_rows.setdefault(rows.tobytes(), (rows, []))[1].append(h)
+        return [(hs, rows) for rows, hs in by_rows.values()]
 
     def gather(T, row0, rows, heads):
         """T[row0+rows][:, heads] as [heads][rows][D]."""
@@ -733,27 +743,27 @@ def oracle_attn(c, b, needs):
             ri, hi = b.idx(row0 + rows)[:, None], b.idx(heads)[None, :]
             res[name][ri, hi] = b.t(val) if name == "LSE" else b.perm(val, (1, 0, 2))
 
-    full_f, full_q, full_kv = heads_of(("O", "LSE")), heads_of(("dQ",)), heads_of(("dK", "dV"))
     q0 = k0 = 0
     for n_q, n_k in zip(sq, sk):
-        rows_f, rows_q, keys = rows_in(("O", "LSE"), q0, n_q), rows_in(("dQ",), q0, n_q), rows_in(("dK", "dV"), k0, n_k)
+        keys = rows_in(("dK", "dV"), k0, n_k)
         for g in range(Hkv):
             heads = list(range(g * r, (g + 1) * r))
             Kg, Vg = K[k0:k0 + n_k, g], V[k0:k0 + n_k, g]
-            J = np.arange(n_k, dtype=np.int64) if g in full_kv else keys
+            J = np.union1d(keys, head_rows(("dK", "dV"), g, k0, n_k)).astype(np.int64)
+            passes_f = passes(("O", "LSE"), heads, q0, n_q)
             if not grads:
-                for hs, rows in row_passes(rows_f, full_f, heads, n_q):
+                for hs, rows in passes_f:
                     o, lse = attn_fwd(b, gather(Q, q0, rows, hs), rows, Kg, Vg, n_q, n_k, causal, scale)
                     put("O", q0, rows, hs, o)
                     put("LSE", q0, rows, hs, lse)
                 continue
-            passes_q = row_passes(rows_q, full_q, heads, n_q)
+            passes_q = passes(("dQ",), heads, q0, n_q)
             if n_q == 0:                                        # no queries: dK = dV = 0
                 for name in ("dK", "dV"):
                     if name in res and J.size:
                         res[name][b.idx(k0 + J), g] = 0.0
                 continue
-            if not (passes_q or J.size or row_passes(rows_f, full_f, heads, n_q)):
+            if not (passes_q or J.size or passes_f):
                 continue
             # The gradients need every query's LSE and D = Σ dO·O: the whole forward of the group.
             allr = np.arange(n_q, dtype=np.int64)
@@ -820,14 +830,15 @@ def check_output(c, b, meta, shape, rows, cols, part, tol, notes):
     name = meta["name"]
     R, C = shape
     ref_rows = c.load(c.get("ref_rows", where=meta), F8, (rows.size, C))
-    ref_cols = c.load(c.get("ref_cols", where=meta), F8, (R, cols.size))
+    ref_cols = c.load(c.get("ref_cols", where=meta), F8, (R, cols.shape[1]))
     out = c.load(c.get("out", where=meta), F4, (R, C), mmap=not b.whole)
     other = np.ones(R, dtype=bool)
     other[rows] = False
+    orows = np.nonzero(other)[0]
     if cols.size and np.any(~np.isnan(ref_cols[~other])):
         sys.stderr.write("oracle: warning: %s: %s: ref_cols is not NaN on rows of rows_checked (ignored there)\n"
                          % (c.path, name))
-    orc_cols = part.at_cols(cols)[other] if cols.size else np.zeros((0, 0))
+    orc_cols = part.at_rowcols(orows, cols[orows].astype(np.int64)) if cols.size else np.zeros((0, 0))
     orc = np.concatenate([part.at_rows(rows).ravel(), orc_cols.ravel()])
     ref = np.concatenate([ref_rows.ravel(), ref_cols[other].ravel()])
     d, mism = ref_diff(ref, orc)
@@ -841,7 +852,7 @@ def check_output(c, b, meta, shape, rows, cols, part, tol, notes):
         scope, st = "all", kernel_stats(b, b.arr(np.asarray(out)), part.full)
     else:
         kout = np.concatenate([np.asarray(out[rows], dtype=np.float64).ravel(),
-                               np.asarray(out[:, cols], dtype=np.float64)[other].ravel()])
+                               np.asarray(out[orows[:, None], cols[orows].astype(np.int64)], dtype=np.float64).ravel()])
         scope, st = "checked", kernel_stats(NumpyBackend(), kout, orc)
     line = "%s  %s  n=%d  ref-diff=%.2e  %s  kernel[%s]: %s" % (
         c.label, name, orc.size, d if mism == 0 else INF, verdict, scope, fmt_stats(st))
@@ -870,8 +881,10 @@ def run_case(path, b, state):
             raise c.bad("output %s is %dx%d, expected %dx%d" % (name, o["rows"], o["cols"], R, C))
         rows = c.load(c.get("rows_checked", where=o), U4)
         cols = c.load(c.get("cols_checked", where=o), U4)
-        if rows.ndim != 1 or cols.ndim != 1 or (rows.size and rows.max() >= R) or (cols.size and cols.max() >= C):
-            raise c.bad("%s: rows_checked/cols_checked are not 1-D indices below %dx%d" % (name, R, C))
+        if rows.ndim != 1 or cols.ndim != 2 or cols.shape[0] != R or (rows.size and rows.max() >= R) or \
+                (cols.size and cols.max() >= C):
+            raise c.bad("%s: rows_checked (1-D) and cols_checked (%d rows) are not indices below %dx%d"
+                        % (name, R, R, C))
         needs[name] = Need(R, C, rows, cols, b.whole)
         metas.append((o, rows, cols))
     notes = []

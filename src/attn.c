@@ -520,9 +520,8 @@ struct attn_ref_job {
     const struct plan *p;
     struct refs *f;
     size_t heads, uc;             /* units per row; columns per unit */
-    const uint32_t *col_rows;     /* rows checked on the plan's columns only */
+    const uint32_t *col_rows;     /* rows checked on the plan's columns only: each on one head */
     size_t ncol_rows;
-    size_t col_head;
 };
 
 /* One unit's double and same-precision values (uc of each). */
@@ -542,7 +541,8 @@ static void attn_unit(const struct attn_ref_job *j, size_t tok, size_t head, dou
 }
 
 /* Work item i: the units of the plan's rows (row by head), then the units
- * of the rows checked only on the plan's columns (one head). */
+ * of the rows checked only on the plan's columns (the one head of its
+ * column group, plan_cols). */
 static void attn_ref_item(void *ctx, size_t i)
 {
     const struct attn_ref_job *j = ctx;
@@ -557,10 +557,10 @@ static void attn_ref_item(void *ctx, size_t i)
             j->f->ref_r[pr * cols + h * j->uc + c] = ref[c], j->f->lp_r[pr * cols + h * j->uc + c] = lp[c];
         return;
     }
-    size_t row = j->col_rows[i - p->nr * j->heads];
-    attn_unit(j, row, j->col_head, ref, lp);
+    size_t row = j->col_rows[i - p->nr * j->heads], head = plan_cols(p, row)[0] / j->uc;
+    attn_unit(j, row, head, ref, lp);
     for (size_t c = 0; c < p->nc; c++) {
-        size_t u = p->cols[c] - j->col_head * j->uc;
+        size_t u = plan_cols(p, row)[c] - head * j->uc;
         j->f->ref_c[row * p->nc + c] = ref[u], j->f->lp_c[row * p->nc + c] = lp[u];
     }
 }
@@ -590,17 +590,15 @@ static void attn_reference(struct run *r, int o, const struct plan *p, struct re
 {
     struct attn_case *a = r->attn;
     const struct output *out = &r->out[o];
-    struct attn_ref_job j = { r, AW_O, out, p, f, 0, out->head_dim, NULL, 0, 0 };
+    struct attn_ref_job j = { r, AW_O, out, p, f, 0, out->head_dim, NULL, 0 };
     j.which = o == a->o ? AW_O : o == a->lse ? AW_LSE : o == a->dq_out ? AW_DQ : o == a->dk_out ? AW_DK : AW_DV;
     j.heads = out->cols / j.uc;
     double t0 = now_s();
     if (j.which >= AW_DQ) attn_stats(r);
     uint32_t *col_rows = xmalloc((out->rows + 1) * sizeof *col_rows);
-    if (p->nc) {
-        j.col_head = p->cols[0] / j.uc;
+    if (p->nc)
         for (size_t i = 0; i < out->rows; i++)
             if (!p->row_in[i]) col_rows[j.ncol_rows++] = (uint32_t)i;
-    }
     j.col_rows = col_rows;
     par_for(p->nr * j.heads + j.ncol_rows, attn_ref_item, &j);
     free(col_rows);

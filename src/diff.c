@@ -190,7 +190,7 @@ struct dmp {
 };
 
 /* Read and parse DIR/manifest.json of dump d (exit 2 with one line if it
- * cannot be read, is not JSON, or is not a "kgate-dump 1" object). */
+ * cannot be read, is not JSON, or is not a DUMP_FORMAT object). */
 static void diff_open(struct dmp *d, const char *dir)
 {
     struct stat st;
@@ -472,7 +472,8 @@ static void diff_ref_add(float out, double ref, double *sig, double *err)
 
 /* The SNR of output `out` (rows x cols) of dump d against its double
  * reference, on every element the reference covers (the checked rows, and
- * the checked columns outside them); the number of them in *checked. */
+ * outside them each row's checked columns, cols_checked's row); the number
+ * of them in *checked. */
 static double diff_ref_snr(const struct dmp *d, int o, const struct npy *out, size_t rows, size_t cols, size_t *checked)
 {
     struct npy rr, rref, cc, cref;
@@ -481,9 +482,10 @@ static double diff_ref_snr(const struct dmp *d, int o, const struct npy *out, si
     npy_read(d, diff_get(d, o, "ref_rows", 's')->str, "<f8", &rref);
     npy_expect(&rref, d->path, "ref_rows", rr.n, cols);
     npy_read(d, diff_get(d, o, "cols_checked", 's')->str, "<u4", &cc);
-    npy_expect(&cc, d->path, "cols_checked", cc.n, (size_t)-1);
+    size_t nc = cc.ndim == 2 ? cc.shape[1] : 0;
+    npy_expect(&cc, d->path, "cols_checked", rows, nc);
     npy_read(d, diff_get(d, o, "ref_cols", 's')->str, "<f8", &cref);
-    npy_expect(&cref, d->path, "ref_cols", rows, cc.n);
+    npy_expect(&cref, d->path, "ref_cols", rows, nc);
     double sig = 0, err = 0;
     *checked = 0;
     for (size_t r = 0; r < rr.n; r++) {
@@ -494,16 +496,15 @@ static double diff_ref_snr(const struct dmp *d, int o, const struct npy *out, si
             ++*checked;
         }
     }
-    for (size_t c = 0; c < cc.n; c++) {
-        uint32_t j = npy_u32(&cc, c);
-        if (j >= cols) die(EXIT_USAGE, "diff: %s: a checked column %u beyond %zu columns", shown(d->path), j, cols);
-        for (size_t i = 0; i < rows; i++) {
-            double ref = npy_f64(&cref, i * cc.n + c);
+    for (size_t i = 0; i < rows; i++)
+        for (size_t c = 0; c < nc; c++) {
+            uint32_t j = npy_u32(&cc, i * nc + c);
+            if (j >= cols) die(EXIT_USAGE, "diff: %s: a checked column %u beyond %zu columns", shown(d->path), j, cols);
+            double ref = npy_f64(&cref, i * nc + c);
             if (isnan(ref)) continue;   /* a row the row block covers */
             diff_ref_add(npy_f32(out, i * cols + j), ref, &sig, &err);
             ++*checked;
         }
-    }
     free(rr.raw), free(rref.raw), free(cc.raw), free(cref.raw);
     return diff_snr(sig, err);
 }

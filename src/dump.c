@@ -94,12 +94,14 @@ static void dump_output(FILE *m, const char *dir, const struct run *r, int k, co
     if (!res->out) die(EXIT_DEVICE, "internal: --dump: output %s was never decoded", o->name);
     fprintf(m, "%s{\"name\":\"%s\",\"dtype\":\"%s\",\"rows\":%zu,\"cols\":%zu,\"grad\":%s,\"full\":%s,", k ? "," : "",
             o->name, DTYPES[o->dt].name, o->rows, o->cols, o->grad ? "true" : "false", p->full ? "true" : "false");
-    size_t shape[2] = { o->rows, o->cols }, nr[1] = { p->nr }, nc[1] = { p->nc }, rs[2] = { p->nr, o->cols },
-           cs[2] = { o->rows, p->nc };
+    size_t shape[2] = { o->rows, o->cols }, nr[1] = { p->nr }, rs[2] = { p->nr, o->cols }, cs[2] = { o->rows, p->nc };
     dump_array(m, dir, o, "out", "out", "<f4", 4, 2, shape, res->out, ",");
     dump_array(m, dir, o, "rows", "rows_checked", "<u4", 4, 1, nr, p->rows, ",");
     dump_array(m, dir, o, "ref_rows", "ref_rows", "<f8", 8, 2, rs, res->refs.ref_r, ",");
-    dump_array(m, dir, o, "cols", "cols_checked", "<u4", 4, 1, nc, p->nc ? p->cols : (const uint32_t *)"", ",");
+    uint32_t *cc = xmalloc(o->rows * p->nc * sizeof *cc + 1);   /* row i's columns: plan_cols */
+    for (size_t i = 0; i < o->rows && p->nc; i++) memcpy(cc + i * p->nc, plan_cols(p, i), p->nc * sizeof *cc);
+    dump_array(m, dir, o, "cols", "cols_checked", "<u4", 4, 2, cs, cc, ",");
+    free(cc);
     double *rc = xmalloc(o->rows * p->nc * sizeof(double) + 1);
     for (size_t i = 0; i < o->rows * p->nc; i++) rc[i] = p->row_in[i / p->nc] ? NAN : res->refs.ref_c[i];
     dump_array(m, dir, o, "ref_cols", "ref_cols", "<f8", 8, 2, cs, rc, "}");

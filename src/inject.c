@@ -21,10 +21,16 @@ static void inj_tail(struct inject_ctx *x)
         for (size_t j = c0; j < o->cols; j++) x->out[i * o->cols + j] = 0.5f - x->out[i * o->cols + j];
 }
 
-/* One NaN in the middle of the output. */
+/* One NaN in the middle of the output; on a sampled plan the first element
+ * from there that the plan does not check (only the nan-inf gate's look at
+ * every element can see it). */
 static void inj_nan(struct inject_ctx *x)
 {
-    x->out[(x->o->rows / 2) * x->o->cols + x->o->cols / 2] = NAN;
+    const struct output *o = x->o;
+    size_t at = (o->rows / 2) * o->cols + o->cols / 2;
+    for (size_t k = at; !x->plan->full && k < o->rows * o->cols; k++)
+        if (!x->plan->row_in[k / o->cols] && !plan_col_checked(x->plan, k / o->cols, k % o->cols)) { at = k; break; }
+    x->out[at] = NAN;
 }
 
 /* Add half of atol to every element: inside every element tolerance. */
@@ -184,24 +190,65 @@ static size_t inj_unchecked_line(const unsigned char *in, size_t t0, size_t n)
     return t0;
 }
 
-/* In every tile, the element at its first row and first column the plan
- * does not check gets 16 times the output's rms added (a fragment read
- * from a stale or uninitialized buffer): on a sampled plan no checked
- * element changes, so the sample alone cannot see it. */
+/* The first of the KG_TILE columns from u0 (n in all) that plan p does not
+ * check on row i, or u0 if it checks every one. */
+static size_t inj_unchecked_col(const struct plan *p, size_t i, size_t u0, size_t n)
+{
+    for (size_t j = u0; j < n && j < u0 + KG_TILE; j++)
+        if (!plan_col_checked(p, i, j)) return j;
+    return u0;
+}
+
+/* In every tile, the element at its first row the plan does not check and
+ * that row's first column it does not check gets 16 times the output's rms
+ * added (a fragment read from a stale or uninitialized buffer): on a
+ * sampled plan no checked element changes, so the sample alone cannot see
+ * it. */
 static void inj_tilepos(struct inject_ctx *x)
 {
     const struct output *o = x->o;
     const struct plan *p = x->plan;
-    unsigned char *col_in = xcalloc(o->cols + 1, 1);
-    for (size_t c = 0; c < p->nc; c++) col_in[p->cols[c]] = 1;
     double e = 0;
     for (size_t k = 0; k < o->rows * o->cols; k++) e += (double)x->out[k] * x->out[k];
     float add = (float)(16 * sqrt(e / (double)(o->rows * o->cols + !o->rows)));
     for (size_t t0 = 0; t0 < o->rows; t0 += KG_TILE) {
         size_t i = inj_unchecked_line(p->row_in, t0, o->rows);
-        for (size_t u0 = 0; u0 < o->cols; u0 += KG_TILE) x->out[i * o->cols + inj_unchecked_line(col_in, u0, o->cols)] += add;
+        for (size_t u0 = 0; u0 < o->cols; u0 += KG_TILE) x->out[i * o->cols + inj_unchecked_col(p, i, u0, o->cols)] += add;
     }
-    free(col_in);
+}
+
+/* A 16 x 16 fragment of the middle tile computed wrong, 16 times the
+ * output's rms off, on 16 rows (aligned to 16) that are not sampled rows
+ * of the plan: in a product columns 16..31 of the tile, in attention 16
+ * columns of the middle head (a warp's fragment, or one head's rows,
+ * wrong).  Only the plan's column block can see it on a sampled plan. */
+static void inj_fragment(struct inject_ctx *x)
+{
+    const struct output *o = x->o;
+    const struct plan *p = x->plan;
+    size_t t0 = (o->rows - 1) / KG_TILE / 2 * KG_TILE, r0 = t0;
+    for (size_t a = t0; a < o->rows && a < t0 + KG_TILE; a += 16) {
+        int clear = 1;
+        for (size_t i = a; i < a + 16 && i < o->rows; i++) clear &= !p->row_in[i];
+        if (clear) { r0 = a; break; }
+    }
+    size_t c0 = o->head_dim > 1 ? o->cols / o->head_dim / 2 * o->head_dim : (o->cols - 1) / KG_TILE / 2 * KG_TILE + 16;
+    if (c0 >= o->cols) c0 = 0;
+    double e = 0;
+    for (size_t k = 0; k < o->rows * o->cols; k++) e += (double)x->out[k] * x->out[k];
+    float add = (float)(16 * sqrt(e / (double)(o->rows * o->cols + !o->rows)));
+    for (size_t i = r0; i < o->rows && i < r0 + 16; i++)
+        for (size_t j = c0; j < o->cols && j < c0 + 16; j++) x->out[i * o->cols + j] += add;
+}
+
+/* The fragment fault's unfit hook: NULL unless case c is attention with
+ * more than 16 query heads, where a row checks one head and 16 rows 16 of
+ * them (plan.c), so a sample sees a fault on 16 rows of one head only at
+ * odds of 16 in the heads. */
+static const char *inj_unfit_fragment(const struct kcase *c)
+{
+    return strcmp(c->op->name, "attn") == 0 && c->hq > 16
+               ? "needs at most 16 query heads on attention (a sampled row checks one head; 16 rows, 16 heads)" : NULL;
 }
 
 /* The tilepos fault's unfit hook: NULL if case c is a gemm or grouped case
@@ -215,7 +262,7 @@ static const char *inj_unfit_checksum(const struct kcase *c)
 static const struct inject INJECTS[] = {
     { "tile", "worst-tile", "the middle output tile zeroed", INJ_VALUES, inj_tile, NULL },
     { "tail", "allclose", "the last (partial) tile wrong", INJ_VALUES, inj_tail, NULL },
-    { "nan", "nan-inf", "one NaN in the output", INJ_VALUES, inj_nan, NULL },
+    { "nan", "nan-inf", "one NaN in the output (on a sample, off the checked elements)", INJ_VALUES, inj_nan, NULL },
     { "bias", "bias", "0.5*atol added to every element", INJ_VALUES, inj_bias, NULL },
     { "drop", "allclose", "one element in 64 dropped to zero", INJ_VALUES, inj_drop, NULL },
     { "row", "allclose", "the middle row shifted by one column", INJ_VALUES, inj_row, NULL },
@@ -231,6 +278,8 @@ static const struct inject INJECTS[] = {
       inj_unfit_segments },
     { "small-row", "worst-tile", "the output row of least magnitude zeroed (on scaled inputs it weighs nothing in "
       "its tile)", INJ_VALUES, inj_small_row, inj_unfit_products },
+    { "fragment", "allclose", "a 16 x 16 fragment of the middle tile 16 x the output's rms off, off the sampled "
+      "rows (attention: 16 columns of the middle head)", INJ_VALUES, inj_fragment, inj_unfit_fragment },
     { "tilepos", "checksum", "one element per tile, off the checked rows and columns, 16 x the output's rms off",
       INJ_VALUES, inj_tilepos, inj_unfit_checksum },
     { "round", "rounding", "the fp32 to 16-bit output conversion truncates (round toward zero)", INJ_VALUES,

@@ -1,8 +1,9 @@
 /* src/products.c — what gemm, grouped and low precision share: product
  * outputs made of blocks, group offsets, the launches (portable kernels, the
  * sm_90a wgmma path fed by TMA, the CPU candidate), and the references of a
- * product block by block.  Relies on gpu.c, compile.c (the arm), run.c and
- * plan.c. */
+ * product block by block.  Relies on gpu.c, compile.c (the arm), case.c,
+ * run.c, plan.c, ref.c (the CPU candidate, the reference products) and
+ * util.c. */
 
 /* A product output of nparts blocks, launched as `pl` says. */
 static struct output *product_output(struct run *r, const char *name, size_t rows, size_t cols,
@@ -485,25 +486,52 @@ static void product_select(enum acc_kind kind, int quant, const struct part *pt,
     else mm_select(kind, pt->x, pt->y, pt->inner, cols, rows, nr, sel, nc, out);
 }
 
+/* Block pt's rows on the plan's column block, accumulated as `kind`, into
+ * out_c from row pt->row0: column group by column group, each on the rows
+ * of the block that check it (the plan's grp; the rows sorted by group). */
+static void product_ref_cols(enum acc_kind kind, int quant, const struct output *o, const struct part *pt,
+                             const struct plan *p, void *out_c)
+{
+    size_t es = kind == ACC_F64 ? sizeof(double) : sizeof(float), nc = p->nc;
+    size_t *start = xcalloc(p->ng + 1, sizeof *start), *at = xcalloc(p->ng + 1, sizeof *at);
+    uint32_t *rows = xmalloc((pt->rows + 1) * sizeof *rows);
+    for (size_t i = 0; i < pt->rows; i++) start[p->grp[pt->row0 + i] + 1]++;
+    for (size_t g = 0; g < p->ng; g++) start[g + 1] += start[g], at[g] = start[g];
+    for (size_t i = 0; i < pt->rows; i++) rows[at[p->grp[pt->row0 + i]]++] = (uint32_t)i;
+    free(at);
+    char *tmp = xmalloc(pt->rows * nc * es + 1), *dst = (char *)out_c + pt->row0 * nc * es;
+    for (size_t g = 0; g < p->ng; g++) {
+        size_t n = start[g + 1] - start[g];
+        if (!n) continue;
+        product_select(kind, quant, pt, o->cols, rows + start[g], n, p->cols + g * nc, nc, tmp);
+        for (size_t r = 0; r < n; r++) memcpy(dst + rows[start[g] + r] * nc * es, tmp + r * nc * es, nc * es);
+    }
+    free(start);
+    free(rows);
+    free(tmp);
+}
+
 /* One reference of block pt on the plan, accumulated as `kind`: the plan's
  * rows that fall in it (local, b - a of them) into out_r from row a, and all
- * its rows on the plan's columns into out_c from row pt->row0; a float
- * reference is rounded to the output's dtype, its unrounded values kept in
- * keep_r and keep_c (when not NULL) at the same places. */
+ * its rows on their columns (product_ref_cols) into out_c from row
+ * pt->row0; a float reference is rounded to the output's dtype, its
+ * unrounded values kept in keep_r and keep_c (when not NULL) at the same
+ * places. */
 static void product_ref_block(enum acc_kind kind, int quant, const struct output *o, const struct part *pt,
                               const struct plan *p, const uint32_t *local, size_t a, size_t b, void *out_r, void *out_c,
                               float *keep_r, float *keep_c)
 {
     size_t es = kind == ACC_F64 ? sizeof(double) : sizeof(float);
-    char *r = (char *)out_r + a * o->cols * es, *c = (char *)out_c + pt->row0 * p->nc * es;
+    char *r = (char *)out_r + a * o->cols * es;
     if (b > a) {
         product_select(kind, quant, pt, o->cols, local, b - a, NULL, o->cols, r);
         if (kind != ACC_F64) refs_round(o->dt, (float *)r, (b - a) * o->cols, keep_r ? keep_r + a * o->cols : NULL);
     }
     if (p->nc) {
-        product_select(kind, quant, pt, o->cols, NULL, pt->rows, p->cols, p->nc, c);
+        product_ref_cols(kind, quant, o, pt, p, out_c);
         if (kind != ACC_F64)
-            refs_round(o->dt, (float *)c, pt->rows * p->nc, keep_c ? keep_c + pt->row0 * p->nc : NULL);
+            refs_round(o->dt, (float *)out_c + pt->row0 * p->nc, pt->rows * p->nc,
+                       keep_c ? keep_c + pt->row0 * p->nc : NULL);
     }
 }
 

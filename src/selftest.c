@@ -136,6 +136,39 @@ static void st_references(struct selftest *st)
     free(o32);
 }
 
+/* Whether plan p checks, on some row of rows [r0, r0 + 16), some column of
+ * [c0, c0 + 8) (a sampled row checks them all). */
+static int st_window_seen(const struct plan *p, size_t r0, size_t c0)
+{
+    for (size_t i = r0; i < r0 + 16; i++)
+        for (size_t j = c0; j < c0 + 8; j++)
+            if (p->row_in[i] || plan_col_checked(p, i, j)) return 1;
+    return 0;
+}
+
+/* The column groups of a sampled product whose segments (groups) start at
+ * rows that are not multiples of 16 or 64: every 16 rows from a segment's
+ * first row (within a run of 64) check a column in every 8 consecutive
+ * interior columns of every full tile column. */
+static void st_sampling_windows(struct selftest *st)
+{
+    static const uint32_t seg[] = { 0, 300, 1013, 1500 };
+    struct output o = { .rows = 1500, .cols = 1536, .check_macs = 1e12, .seg = seg, .nseg = 3 };
+    size_t windows = 0, missed = 0;
+    for (uint64_t key = 1; key <= 4; key++) {
+        struct plan p;
+        plan_build(&p, &o, 0, key);
+        for (size_t k = 0; k < o.nseg; k++)
+            for (size_t r0 = seg[k]; r0 + 16 <= seg[k + 1]; r0 += 16)
+                for (size_t t0 = 0; t0 + KG_TILE <= o.cols; t0 += KG_TILE)
+                    for (size_t c0 = t0 + 1; c0 + 8 <= t0 + KG_TILE - 1; c0++, windows++) missed += !st_window_seen(&p, r0, c0);
+        plan_free(&p);
+    }
+    st_report(st, missed == 0 && windows > 0,
+              "sampling: 16 rows from a group's start x 8 interior columns, %zu windows on 4 keys, %zu unchecked",
+              windows, missed);
+}
+
 /* The tile-covering sample of a 1000 x 777 x 10^4 output checks every row,
  * every column and every tile. */
 static void st_sampling(struct selftest *st)
@@ -148,8 +181,8 @@ static void st_sampling(struct selftest *st)
     for (size_t r = 0; r < p.nr; r++)
         for (size_t j = 0; j < o.cols; j++) tile[p.rows[r] / KG_TILE * tc + j / KG_TILE] = col[j] = 1;
     size_t missing = 0;
-    for (size_t c = 0; c < p.nc; c++)
-        for (size_t i = 0; i < o.rows; i++) tile[i / KG_TILE * tc + p.cols[c] / KG_TILE] = 1;
+    for (size_t i = 0; i < o.rows; i++)
+        for (size_t c = 0; c < p.nc; c++) tile[i / KG_TILE * tc + plan_cols(&p, i)[c] / KG_TILE] = 1;
     for (size_t k = 0; k < tr * tc; k++) missing += !tile[k];
     for (size_t j = 0; j < o.cols; j++) missing += !col[j];
     st_report(st, !p.full && missing == 0 && p.nc > 0,
@@ -298,6 +331,7 @@ static int selftest_run(const struct opts *o, case_pipeline run)
     st_quantizer(&st);
     st_references(&st);
     st_sampling(&st);
+    st_sampling_windows(&st);
     st_fp8_tiles(&st);
     struct device d;
     struct arm arm;

@@ -331,20 +331,22 @@ static size_t stats_nf_stray(const struct gate_in *g)
     const struct plan *p = g->p;
     const struct refs *f = g->f;
     if (p->full) return 0;
-    unsigned char *cls = xcalloc(o->rows, 1), *col_in = xcalloc(o->cols, 1);
-    for (size_t c = 0; c < p->nc; c++) col_in[p->cols[c]] = 1;
+    unsigned char *cls = xcalloc(o->rows, 1);
     for (size_t r = 0; r < p->nr; r++)
         for (size_t j = 0; j < o->cols; j++) cls[p->rows[r]] |= (unsigned char)nf_class(f->ref_r[r * o->cols + j]);
     for (size_t i = 0; i < o->rows; i++)
         for (size_t c = 0; c < p->nc && !p->row_in[i]; c++) cls[i] |= (unsigned char)nf_class(f->ref_c[i * p->nc + c]);
     size_t stray = 0;
-    for (size_t i = 0; i < o->rows; i++)
-        for (size_t j = 0; j < o->cols && !p->row_in[i]; j++) {
-            unsigned k = col_in[j] ? 0 : nf_class(g->out[i * o->cols + j]);
+    for (size_t i = 0; i < o->rows; i++) {
+        const uint32_t *mine = p->nc ? plan_cols(p, i) : NULL;   /* ascending: walked beside j */
+        for (size_t j = 0, c = 0; j < o->cols && !p->row_in[i]; j++) {
+            int checked = c < p->nc && mine[c] == j;
+            c += checked;
+            unsigned k = checked ? 0 : nf_class(g->out[i * o->cols + j]);
             stray += k && !(cls[i] & k);
         }
+    }
     free(cls);
-    free(col_in);
     return stray;
 }
 
@@ -437,7 +439,7 @@ static void stats_compute(struct stats *s, const struct gate_in *g)
         if (!p->row_in[i])
             for (size_t c = 0; c < p->nc; c++) {
                 size_t at = i * p->nc + c;
-                stats_visit(s, g, i, p->cols[c], f->ref_c[at], f->lp_c[at], f->hp_c ? f->hp_c[at] : 0,
+                stats_visit(s, g, i, plan_cols(p, i)[c], f->ref_c[at], f->lp_c[at], f->hp_c ? f->hp_c[at] : 0,
                             f->tc_c ? f->tc_c[at] : 0, seg_of ? seg_of[i] : 0);
             }
     free(seg_of);
