@@ -213,7 +213,8 @@ static void inj_tilepos(struct inject_ctx *x)
     float add = (float)(16 * sqrt(e / (double)(o->rows * o->cols + !o->rows)));
     for (size_t t0 = 0; t0 < o->rows; t0 += KG_TILE) {
         size_t i = inj_unchecked_line(p->row_in, t0, o->rows);
-        for (size_t u0 = 0; u0 < o->cols; u0 += KG_TILE) x->out[i * o->cols + inj_unchecked_col(p, i, u0, o->cols)] += add;
+        for (size_t u0 = 0; u0 < o->cols; u0 += KG_TILE)
+            x->out[i * o->cols + inj_unchecked_col(p, i, u0, o->cols)] += add;
     }
 }
 

@@ -11,10 +11,9 @@
  * The rows take turns over ng column groups (plan_groups), so that a few
  * consecutive rows check many different columns: a 16 x 16 fragment of a
  * product computed wrong off the sampled rows is seen by some row's
- * columns (in attention, when there are at most 16 heads; a 64-row block of
- * one head, when there are at most 64).  Products: PLAN_COL_GROUPS groups, each with
- * the first and last column of every tile column and one seeded random
- * column of its own there.  Outputs made of heads (attention): a group per
+ * columns (in attention, when there are at most 16 heads; a 64-row block
+ * of one head, when there are at most 64).  Products: PLAN_COL_GROUPS
+ * groups (plan_col_groups).  Outputs made of heads (attention): a group per
  * head, its columns the head's.  So every row and every tile (tails
  * included) has checked elements. */
 struct plan {
@@ -87,8 +86,9 @@ static uint32_t *plan_sample_lines(size_t n, uint64_t key, size_t *count)
  * column of KG_TILE, its first and last column in every group, and between
  * them one column per group, the groups' evenly spaced from a seeded
  * offset (a tile column of 1 or 2 columns: those alone).  So any 16
- * consecutive rows check a column in every 8 consecutive interior columns
- * of a 128-wide tile.  Every group has the same count, nc. */
+ * consecutive rows of a run (plan_groups) check a column in every 8
+ * consecutive interior columns of a 128-wide tile.  Every group has the
+ * same count, nc. */
 static void plan_col_groups(struct plan *p, size_t cols, uint64_t key)
 {
     size_t nc = 0;

@@ -715,7 +715,11 @@ static size_t report_seeds(const struct kcase *cases, size_t n, const struct opt
     printf("\nseeds %" PRIu64 "..%" PRIu64 ": cases passed on every seed, or on how many\n", o->seed,
            o->seed + (uint64_t)o->seeds - 1);
     for (size_t i = 0; i < n; i++) {
-        if (skip_case[i]) { printf("  %-*s skip (not run here: its table row says why)\n", LABEL_W, cases[i].label); skipped++; continue; }
+        if (skip_case[i]) {
+            printf("  %-*s skip (not run here: its table row says why)\n", LABEL_W, cases[i].label);
+            skipped++;
+            continue;
+        }
         bad += passed[i] < o->seeds;
         if (passed[i] == o->seeds) printf("  %-*s %d/%d\n", LABEL_W, cases[i].label, passed[i], o->seeds);
         else printf("  %-*s %d/%d FAIL (first on seed %" PRIu64 ")\n", LABEL_W, cases[i].label, passed[i], o->seeds,

@@ -161,7 +161,8 @@ static void st_sampling_windows(struct selftest *st)
         for (size_t k = 0; k < o.nseg; k++)
             for (size_t r0 = seg[k]; r0 + 16 <= seg[k + 1]; r0 += 16)
                 for (size_t t0 = 0; t0 + KG_TILE <= o.cols; t0 += KG_TILE)
-                    for (size_t c0 = t0 + 1; c0 + 8 <= t0 + KG_TILE - 1; c0++, windows++) missed += !st_window_seen(&p, r0, c0);
+                    for (size_t c0 = t0 + 1; c0 + 8 <= t0 + KG_TILE - 1; c0++, windows++)
+                        missed += !st_window_seen(&p, r0, c0);
         plan_free(&p);
     }
     st_report(st, missed == 0 && windows > 0,

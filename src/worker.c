@@ -131,8 +131,8 @@ static int supervise(int ntasks, void (*work)(void *ctx, int first), void (*lost
                                                    code != EXIT_GATE)) {
             rc = code > 0 ? code : EXIT_DEVICE;
             if (code < 0)
-                fprintf(stderr, "kgate: the worker died of signal %d (%s) %s\n", WTERMSIG(status),
-                        strsignal(WTERMSIG(status)), atomic_load(&w->ready) ? "between cases" : "before its first case");
+                fprintf(stderr, "kgate: the worker died of signal %d (%s) %s\n", WTERMSIG(status), strsignal(WTERMSIG(status)),
+                        atomic_load(&w->ready) ? "between cases" : "before its first case");
             break;
         }
         struct lost l = { .task = cur, .how = hung ? LOST_HUNG : LOST_FAULT };
