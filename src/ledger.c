@@ -5,8 +5,7 @@
  * run.c, timer.c (rounds) and report.c (the JSON of a case). */
 
 /* The ledger (README "Porting: variants, compare, noise, the ledger and the
- * budget"): JSON lines, append-only, one per
- * measured arm.  Each line is
+ * budget"): JSON lines, append-only, one per measured arm.  Each line is
  *   {"seq":N,"prev":"<sha256 of line N-1>",<fields>,"line_sha256":"<sha256>"}
  * where line_sha256 hashes the line's text before ',"line_sha256"', and the
  * first line's prev is 64 zeros; `kgate ledger verify` finds any edited,
@@ -18,10 +17,9 @@
  * never interleave or half-read a line.  A process killed inside that
  * write() can leave the whole lines of its first arms and part of the
  * next: Linux copies a write a page at a time and stops between pages for
- * a fatal signal.  Such a tail (no newline,
- * not a whole line) is an interrupted append, never a line of the ledger:
- * readers pass over it with a note, and the next append cuts it off
- * (ledger_tail). */
+ * a fatal signal.  Such a tail (no newline, not a whole line) is an
+ * interrupted append, never a line of the ledger: readers pass over it
+ * with a note, and the next append cuts it off (struct ledger_tail). */
 
 #define LEDGER_DEFAULT "kgate.ledger"
 #define LEDGER_MAX_BYTES ((off_t)256 << 20)   /* the largest ledger kgate reads (a line is 1-8 KiB) */
