@@ -850,17 +850,6 @@ static void check_meaningful(const struct opts *o, const struct kcase *one)
     }
 }
 
-/* Whether device list `list` (A,B,...) names the CPU among its entries. */
-static int list_has_cpu(const char *list)
-{
-    for (const char *p = list; *p; p += *p == ',') {
-        size_t len = strcspn(p, ",");
-        if (len == 3 && strncmp(p, "cpu", 3) == 0) return 1;
-        p += len;
-    }
-    return 0;
-}
-
 /* Before a device list's entries start (node.c): exit 2 with one line on
  * what each entry would refuse alike, so that bad input is not reported
  * once per entry: --graph or --kernels with a CPU entry, the candidate's
@@ -869,7 +858,7 @@ static int list_has_cpu(const char *list)
 static void node_precheck(const struct opts *o, const struct kcase *one)
 {
     if (!(o->cmd_kind & (K_ALL | K_CASE))) return;   /* node_run refuses the command */
-    if ((o->graph || o->kernels_path) && list_has_cpu(o->device_list))
+    if ((o->graph || o->kernels_path) && o->device_list_cpu)
         die(EXIT_USAGE, "%s: the device list's CPU entry has no GPU kernels to run (--device %s)",
             o->graph ? "--graph" : "--kernels", shown(o->device_list));
     struct arm a;

@@ -190,6 +190,16 @@ static size_t inj_unchecked_line(const unsigned char *in, size_t t0, size_t n)
     return t0;
 }
 
+/* What the tilepos and fragment faults add to an element: 16 times the
+ * output's rms (a value read from a stale or uninitialized buffer). */
+static float inj_rms16(const struct inject_ctx *x)
+{
+    const struct output *o = x->o;
+    double e = 0;
+    for (size_t k = 0; k < o->rows * o->cols; k++) e += (double)x->out[k] * x->out[k];
+    return (float)(16 * sqrt(e / (double)(o->rows * o->cols + !o->rows)));
+}
+
 /* The first of the KG_TILE columns from u0 (n in all) that plan p does not
  * check on row i, or u0 if it checks every one. */
 static size_t inj_unchecked_col(const struct plan *p, size_t i, size_t u0, size_t n)
@@ -208,9 +218,7 @@ static void inj_tilepos(struct inject_ctx *x)
 {
     const struct output *o = x->o;
     const struct plan *p = x->plan;
-    double e = 0;
-    for (size_t k = 0; k < o->rows * o->cols; k++) e += (double)x->out[k] * x->out[k];
-    float add = (float)(16 * sqrt(e / (double)(o->rows * o->cols + !o->rows)));
+    float add = inj_rms16(x);
     for (size_t t0 = 0; t0 < o->rows; t0 += KG_TILE) {
         size_t i = inj_unchecked_line(p->row_in, t0, o->rows);
         for (size_t u0 = 0; u0 < o->cols; u0 += KG_TILE)
@@ -235,9 +243,7 @@ static void inj_fragment(struct inject_ctx *x)
     }
     size_t c0 = o->head_dim > 1 ? o->cols / o->head_dim / 2 * o->head_dim : (o->cols - 1) / KG_TILE / 2 * KG_TILE + 16;
     if (c0 >= o->cols) c0 = 0;
-    double e = 0;
-    for (size_t k = 0; k < o->rows * o->cols; k++) e += (double)x->out[k] * x->out[k];
-    float add = (float)(16 * sqrt(e / (double)(o->rows * o->cols + !o->rows)));
+    float add = inj_rms16(x);
     for (size_t i = r0; i < o->rows && i < r0 + 16; i++)
         for (size_t j = c0; j < o->cols && j < c0 + 16; j++) x->out[i * o->cols + j] += add;
 }

@@ -245,9 +245,10 @@ static long ledger_walk(const char *text, size_t len, struct ledger *lg, const c
     return 0;
 }
 
-/* A note on the tail t of ledger `path` for its readers (NULL when there is
- * none): what it is, and what the next append does with it. */
-static const char *ledger_tail_note(const char *path, const struct ledger_tail *t)
+/* A note on the tail t of ledger `path` (NULL when there is none): what it
+ * is, and what the next append does with it, or, with `cut`, that this
+ * append cut it off. */
+static const char *ledger_tail_note(const char *path, const struct ledger_tail *t, int cut)
 {
     static char note[PATH_MAX + 200];
     if (!t->bytes) return NULL;
@@ -255,9 +256,9 @@ static const char *ledger_tail_note(const char *path, const struct ledger_tail *
         snprintf(note, sizeof note, "the ledger %s: its last line lacks its newline; the next append adds it",
                  shown(path));
     else
-        snprintf(note, sizeof note, "the ledger %s ends in an interrupted append (%zu byte%s without a newline, "
-                 "left by a run killed while writing): not a line of the ledger; the next append cuts it off",
-                 shown(path), t->bytes, t->bytes == 1 ? "" : "s");
+        snprintf(note, sizeof note, "the ledger %s %s in an interrupted append (%zu byte%s without a newline, left "
+                 "by a run killed while writing): %s", shown(path), cut ? "ended" : "ends", t->bytes,
+                 t->bytes == 1 ? "" : "s", cut ? "cut off" : "not a line of the ledger; the next append cuts it off");
     return note;
 }
 
@@ -331,7 +332,8 @@ static void ledger_load(struct ledger *lg)
     free(text);   /* before die: LeakSanitizer reports a buffer only a register still points to */
     if (bad)
         die(EXIT_USAGE, "the ledger %s does not verify at line %ld: %s (kgate ledger verify)", shown(lg->path), bad, why);
-    if (ledger_tail_note(lg->path, &tail)) fprintf(stderr, "kgate: %s\n", ledger_tail_note(lg->path, &tail));
+    const char *note = ledger_tail_note(lg->path, &tail, 0);
+    if (note) fprintf(stderr, "kgate: %s\n", note);
 }
 
 /* Open the ledger the options name for appends and read it: exit 2 before
@@ -507,8 +509,7 @@ static void ledger_cut_tail(int fd, const char *path, const struct ledger_tail *
     if (!t->bytes || t->whole) return;
     if (ftruncate(fd, (off_t)t->at) != 0)
         die(EXIT_IO, "cannot cut the interrupted append off the ledger %s: %s", shown(path), strerror(errno));
-    fprintf(stderr, "kgate: the ledger %s ended in an interrupted append (%zu byte%s without a newline, left by a "
-            "run killed while writing): cut off\n", shown(path), t->bytes, t->bytes == 1 ? "" : "s");
+    fprintf(stderr, "kgate: %s\n", ledger_tail_note(path, t, 1));
 }
 
 /* Append one line per arm of a case (fields[a]: JSON members, no braces,
@@ -688,7 +689,8 @@ static int ledger_verify(const char *path)
     }
     printf("ledger %s: %ld line%s, chain intact; last line sha256 %s\n", shown(path), lines, lines == 1 ? "" : "s",
            last);
-    if (ledger_tail_note(path, &tail)) printf("%s\n", ledger_tail_note(path, &tail));
+    const char *note = ledger_tail_note(path, &tail, 0);
+    if (note) printf("%s\n", note);
     return EXIT_PASS;
 }
 
@@ -745,11 +747,12 @@ static int ledger_table(const char *path)
                seq, when, kase, arm, role, sha, verdict, path, med, ratio, band, cmp, count);
     }
     free(text);
+    const char *note = bad ? NULL : ledger_tail_note(path, &tail, 0);
     if (bad)
         fprintf(stderr, "kgate: ledger %s: line %ld: %s (kgate ledger verify); the table stops before line %ld\n",
                 shown(path), bad, why, stop);
-    else if (ledger_tail_note(path, &tail))
-        fprintf(stderr, "kgate: %s\n", ledger_tail_note(path, &tail));
+    else if (note)
+        fprintf(stderr, "kgate: %s\n", note);
     return bad ? EXIT_GATE : EXIT_PASS;
 }
 

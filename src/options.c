@@ -38,6 +38,7 @@ struct opts {
     const char *diff_dirs[2];     /* diff: the two --dump directories A and B */
     int graph;                    /* --graph: every launch captured into a graph once, then replayed */
     const char *device_list;      /* --device all or A,B,...: each entry in its own kgate (node.c); NULL: one device */
+    int device_list_cpu;          /* the list names the CPU among its entries */
     int cpu_sums_sm90;            /* --cpu-sums sm90a: the CPU candidate's fp8 products summed as ref.c's ACC_TC8 */
 };
 
@@ -161,11 +162,11 @@ static int opts_parse_variant(struct opts *o, const char *key, const char *val)
 
 /* Exit 2 unless `val` is a device list: `all`, or entries separated by
  * commas, each a GPU number (0..1024) or `cpu`, at most NODE_MAX; the same
- * entry may be named twice. */
-static void opts_device_list(const char *val)
+ * entry may be named twice.  Returns 1 if an entry is `cpu`. */
+static int opts_device_list(const char *val)
 {
-    if (strcmp(val, "all") == 0) return;
-    int n = 0;
+    if (strcmp(val, "all") == 0) return 0;
+    int n = 0, cpu = 0;
     for (const char *p = val;; p++) {
         size_t len = strcspn(p, ",");
         char e[16];
@@ -175,8 +176,9 @@ static void opts_device_list(const char *val)
         if (len == 0) die(EXIT_USAGE, "--device %s: entry %d is empty (a list: 0,3,5 or cpu,cpu)", shown(val), n);
         if (len >= sizeof e || (strcmp(e, "cpu") != 0 && parse_u64(e, 0, 1024, &v) != 0))
             die(EXIT_USAGE, "--device %s: entry %d: expected a device number or 'cpu'", shown(val), n);
+        cpu |= strcmp(e, "cpu") == 0;
         p += len;
-        if (!*p) return;
+        if (!*p) return cpu;
     }
 }
 
@@ -211,7 +213,7 @@ static int opts_parse(struct opts *o, int argc, char **argv, int i)
         uint64_t v;
         if (strcmp(val, "cpu") == 0) o->device_cpu = 1;
         else if (parse_u64(val, 0, 1024, &v) == 0) o->device_index = (int)v, o->device_cpu = 0;
-        else if (strchr(val, ',') || strcmp(val, "all") == 0) opts_device_list(val), o->device_list = val;
+        else if (strchr(val, ',') || strcmp(val, "all") == 0) o->device_list_cpu = opts_device_list(val), o->device_list = val;
         else die(EXIT_USAGE, "--device %s: expected a device number, 'cpu', 'all' or a list (0,3,5; cpu,cpu)",
                  shown(val));
         return 2;
