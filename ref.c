@@ -123,12 +123,13 @@ struct dtype_info {
     double unit_roundoff;   /* 2^-(mantissa bits + 1) */
     double rtol, atol;      /* allclose defaults on inputs normalised to max|x| = 1 */
     double tile_snr_cap;    /* dB: the worst-tile gate never asks for more than this - 10 */
+    double tiny;            /* the least subnormal: the spacing of values below the least normal */
 };
 
 static const struct dtype_info DTYPES[DT_COUNT] = {
-    [DT_F32]  = { "f32",  4, 0x1p-24, 1e-4, 1e-4, 80.0 },
-    [DT_F16]  = { "f16",  2, 0x1p-11, 1e-2, 1e-2, 60.0 },
-    [DT_BF16] = { "bf16", 2, 0x1p-8,  1e-2, 1e-2, 50.0 },
+    [DT_F32]  = { "f32",  4, 0x1p-24, 1e-4, 1e-4, 80.0, 0x1p-149 },
+    [DT_F16]  = { "f16",  2, 0x1p-11, 1e-2, 1e-2, 60.0, 0x1p-24 },
+    [DT_BF16] = { "bf16", 2, 0x1p-8,  1e-2, 1e-2, 50.0, 0x1p-133 },
 };
 
 /* Round a float to the nearest value representable in dtype t. */
@@ -881,6 +882,7 @@ struct attn_in {
     const float *q, *k, *v, *dout;
     double *lse_ref, *dsum_ref;    /* [Tq][hq] */
     float *lse_lp, *dsum_lp;
+    double *p2, *ds2;              /* [Tq][hq]: sum over keys of P^2 and of dS^2, exactly (the identities' noise) */
 };
 
 /* The sequence that owns token t, given prefix offsets cu[0..b]. */
@@ -977,12 +979,13 @@ static void dot_f32_seq_batch(const float *const *a, const float *const *c, size
 
 /* --- references: one (token, head) unit at a time --- */
 
-/* Forward, query token t, head h.  ref: in double, o[d] and *lse.  lp: the
- * same computation as an eager framework does it in dtype dt: scores in fp32,
+/* Forward, query token t, head h.  ref: in double, o[d] and *lse (and, if
+ * p is not NULL, each visible key's probability in p).  lp: the same
+ * computation as an eager framework does it in dtype dt: scores in fp32,
  * rounded to dt; softmax in fp32 (its LSE from the rounded scores); the
  * probabilities rounded to dt; P·V in fp32, rounded to dt. */
 static void attn_ref_fwd(const struct attn_geom *g, const struct attn_in *in, enum dtype dt, size_t t,
-                         size_t h, double *o, double *lse, float *o_lp, float *lse_lp)
+                         size_t h, double *o, double *lse, float *o_lp, float *lse_lp, double *p)
 {
     size_t b = attn_seq_of(g->cu_q, g->b, t), nk = attn_visible(g, b, t - g->cu_q[b]);
     size_t hk = h / (g->hq / g->hkv), k0 = g->cu_k[b], d = g->d;
@@ -1018,24 +1021,52 @@ static void attn_ref_fwd(const struct attn_geom *g, const struct attn_in *in, en
         for (size_t c = 0; c < d; c++) o[c] += s[j] * v[c], acc[c] += p32 * v[c];
     }
     for (size_t c = 0; c < d; c++) o[c] /= l, o_lp[c] = dt_round(dt, acc[c]);
+    for (size_t j = 0; j < nk && p; j++) p[j] = s[j] / l;
     *lse = m + log(l), *lse_lp = m32 + logf(l32);
     free(s), free(s32), free(acc);
 }
 
+/* Sums over the nk keys query token t (head h) sees of P^2 and of dS^2 =
+ * (P (dP - D))^2, in double, from its P (p) and D (ds), into in->p2 and
+ * in->ds2: the spreads of a kernel's rounding of P and dS in a sum over
+ * every key (the identities of attn.c). */
+static void attn_ref_squares(const struct attn_geom *g, struct attn_in *in, size_t t, size_t h, size_t nk,
+                             const double *p, double ds)
+{
+    size_t b = attn_seq_of(g->cu_q, g->b, t), hk = h / (g->hq / g->hkv), k0 = g->cu_k[b], d = g->d;
+    const float *dout = attn_row(in->dout, t, g->hq, h, d);
+    double p2 = 0, ds2 = 0;
+    for (size_t j0 = 0; j0 < nk; j0 += DOT_BATCH) {
+        size_t nb = nk - j0 < DOT_BATCH ? nk - j0 : DOT_BATCH;
+        const float *os[DOT_BATCH], *vs[DOT_BATCH];
+        double dp[DOT_BATCH];
+        for (size_t x = 0; x < nb; x++) os[x] = dout, vs[x] = attn_row(in->v, k0 + j0 + x, g->hkv, hk, d);
+        dot_f64_batch(os, vs, nb, d, dp);
+        for (size_t x = 0; x < nb; x++) {
+            double pj = p[j0 + x], dsj = pj * (dp[x] - ds);
+            p2 += pj * pj, ds2 += dsj * dsj;
+        }
+    }
+    in->p2[t * g->hq + h] = p2, in->ds2[t * g->hq + h] = ds2;
+}
+
 /* The backward's per-row statistics for query token t, head h: LSE and
  * D = sum_d dO·O, in double (from the double O) and in lp (fp32 from lp's O
- * rounded to dt). */
+ * rounded to dt); and the sums of P^2 and dS^2 (attn_ref_squares). */
 static void attn_ref_stats(const struct attn_geom *g, struct attn_in *in, enum dtype dt, size_t t, size_t h)
 {
-    double o[KG_ATTN_DMAX], lse;
+    size_t b = attn_seq_of(g->cu_q, g->b, t), nk = attn_visible(g, b, t - g->cu_q[b]);
+    double o[KG_ATTN_DMAX], lse, *p = xmalloc(nk * sizeof *p + 1);
     float o_lp[KG_ATTN_DMAX], lse_lp;
-    attn_ref_fwd(g, in, dt, t, h, o, &lse, o_lp, &lse_lp);
+    attn_ref_fwd(g, in, dt, t, h, o, &lse, o_lp, &lse_lp, p);
     const float *dout = attn_row(in->dout, t, g->hq, h, g->d);
     double ds = 0;
     float ds32 = 0;
     for (size_t c = 0; c < g->d; c++) ds += o[c] * dout[c], ds32 += o_lp[c] * dout[c];
     in->lse_ref[t * g->hq + h] = lse, in->dsum_ref[t * g->hq + h] = ds;
     in->lse_lp[t * g->hq + h] = lse_lp, in->dsum_lp[t * g->hq + h] = ds32;
+    attn_ref_squares(g, in, t, h, nk, p, ds);
+    free(p);
 }
 
 /* Scores' backward terms, nb <= DOT_BATCH of them at once: score b is query

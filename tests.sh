@@ -455,6 +455,31 @@ for c in "attn --seq 64 --heads 2 --dim 16" "gemm --dtype e4m3 --scaling row --s
 g=json.loads(open(sys.argv[1]).read())["outputs"][0]["gates"]["checksum"]
 assert g["pass"] and g["value"] is None, g' "$tmp/out" 2>"$tmp/py" && ok "checksum on $c: not gated" || bad "checksum on $c: $(cat "$tmp/py")"
 done
+# Attention's gradients are summed over every element too (checksum): four identities of the softmax's
+# algebra (the column sums of dK and dV; Q^T dQ = dK^T K; V^T dV = O^T dO), each sum within 10 spreads
+# of its rounding noise.  One element per tile off the sample (--inject tilepos) fails dQ, dK and dV
+# there alone; O and LSE have no such sum, and their fault stays unseen.
+c="attn --dtype bf16 --seqlens 3000,700:900 --heads 8:2 --dim 64 --causal --bwd"
+expect 1 "--inject tilepos, $c" $K $c --device cpu --repeat 1 --inject tilepos
+for o in dQ dK dV; do
+    has "$tmp/out" "^attn .* bwd $o +FAIL +checksum " "--inject tilepos on attention: $o fails checksum"
+done
+[ "$(grep -c '^    FAIL' "$tmp/out")" -eq 3 ] && [ "$(grep -c '^    FAIL checksum (check): worst identity: .*: off by .*, its rounding noise .* spreads, allowed 10; [0-9]* sums' "$tmp/out")" -eq 3 ] \
+    && ok "--inject tilepos on attention: checksum alone fails, on each gradient, naming the identity" \
+    || bad "--inject tilepos on attention: $(grep '^    FAIL' "$tmp/out" | cut -c1-100)"
+has "$tmp/out" "^attn .* bwd O +pass " "--inject tilepos on attention: O has no identity (its fault is not seen)"
+has "$tmp/err" "dQ: references on [0-9]* of [0-9]* elements \(tile-covering sample\)" "--inject tilepos on attention: a sampled check"
+for c in "attn --dtype bf16 --seqlens 0,7,300,1,5:0,0:5,37:100 --heads 4:1 --dim 96 --causal --bwd" \
+         "attn --dtype f16 --batch 2 --seq 200:333 --heads 6:3 --dim 64 --bwd" \
+         "attn --dtype bf16 --seqlens 3000,700:900 --heads 8:2 --dim 64 --causal --bwd --inputs scaled"; do
+    expect 0 "checksum on $c" $K $c --device cpu --repeat 1 --json
+    python3 -c 'import json,sys
+for o in json.loads(open(sys.argv[1]).read())["outputs"]:
+    g=o["gates"]["checksum"]
+    if o["name"] in ("O", "LSE"): assert g["pass"] and g["value"] is None, (o["name"], g)
+    else: assert g["pass"] and 0 < g["value"] < 0.5 and g["limit"] == 1, (o["name"], g)' "$tmp/out" 2>"$tmp/py" \
+        && ok "checksum on $c: each gradient within half its limit, O and LSE not gated" || bad "checksum on $c: $(cat "$tmp/py")"
+done
 # Off the sampled rows, each row is checked on columns of its own, the rows taking turns over column
 # groups (heads, for attention): a 16 x 16 fragment there is seen.  Before 2026-12-05 every such row
 # was checked on the same columns (one seeded head): this fault passed O's gates on 3 of 4 seeds.

@@ -1,7 +1,8 @@
 /* src/attn.c — the attention op: O and LSE, with --bwd dQ, dK and dV;
  * fixed-length or varlen, causal (bottom-right), GQA; its inputs, launches,
- * references by (token, head) unit, its planted mask fault, and its row of
- * the op table.  Relies on case.c, run.c, plan.c, ref.c (the references,
+ * references by (token, head) unit, the gradients' identities (sums over
+ * every element, the checksum gate's), its planted mask fault, and its row
+ * of the op table.  Relies on case.c, run.c, plan.c, ref.c (the references,
  * the CPU candidate), products.c (tensor maps), gpu.c and compile.c (the
  * arm's kernels) and util.c. */
 
@@ -532,8 +533,8 @@ static void attn_unit(const struct attn_ref_job *j, size_t tok, size_t head, dou
     double o[KG_ATTN_DMAX], lse, other[KG_ATTN_DMAX];
     float o_lp[KG_ATTN_DMAX], lse_lp, other_lp[KG_ATTN_DMAX];
     switch (j->which) {
-    case AW_O: attn_ref_fwd(&a->g, &a->in, t, tok, head, ref, &lse, lp, &lse_lp); break;
-    case AW_LSE: attn_ref_fwd(&a->g, &a->in, t, tok, head, o, ref, o_lp, lp); break;
+    case AW_O: attn_ref_fwd(&a->g, &a->in, t, tok, head, ref, &lse, lp, &lse_lp, NULL); break;
+    case AW_LSE: attn_ref_fwd(&a->g, &a->in, t, tok, head, o, ref, o_lp, lp, NULL); break;
     case AW_DQ: attn_ref_dq(&a->g, &a->in, t, tok, head, ref, lp); break;
     case AW_DK: attn_ref_dkdv(&a->g, &a->in, t, tok, head, ref, other, lp, other_lp); break;
     case AW_DV: attn_ref_dkdv(&a->g, &a->in, t, tok, head, other, ref, other_lp, lp); break;
@@ -580,6 +581,7 @@ static void attn_stats(struct run *r)
     size_t n = a->tq * a->g.hq;
     a->in.lse_ref = run_owned(r, n * sizeof(double)), a->in.dsum_ref = run_owned(r, n * sizeof(double));
     a->in.lse_lp = run_owned(r, n * sizeof(float)), a->in.dsum_lp = run_owned(r, n * sizeof(float));
+    a->in.p2 = run_owned(r, n * sizeof(double)), a->in.ds2 = run_owned(r, n * sizeof(double));
     par_for(n, attn_stats_item, r);
     a->stats_ready = 1;
 }
@@ -603,6 +605,195 @@ static void attn_reference(struct run *r, int o, const struct plan *p, struct re
     par_for(p->nr * j.heads + j.ncol_rows, attn_ref_item, &j);
     free(col_rows);
     f->ref_s = now_s() - t0, f->lp_s = -1;
+}
+
+/* --- the backward's identities: sums over every element (checksum gate) --- */
+
+/* A sum's z beyond which the checksum gate fails it (the largest clean z is
+ * the rounding noise's maximum over the case's sums; see README). */
+#define ATTN_IDENT_Z 10.0
+#define ATTN_IDENT_AB 16   /* rows a of the D x D identities one work item sums */
+
+/* The noise model, u being the unit roundoff of the case's dtype: a
+ * rounding to it moves a value x by at most u|x| (an ulp is at most 2u|x|),
+ * uniformly, so by a spread of at most u|x|/sqrt(3), and, below the least
+ * normal, by half the least subnormal (a spread of tiny/sqrt(12): f16's
+ * 2^-24 matters where dS is pure rounding, as in a sequence of one key).
+ * A stored element carries one such rounding; each P and dS term of a kernel's products
+ * carries one (P) or two (dS: of P, then of dS itself), independently.  In
+ * a column sum the terms' variances come from the exact sums of P^2 and
+ * dS^2 of every query row (attn_ref_squares); in a D x D sum each stored
+ * element's kappa^2 = u^2/3 + u^2/4 stands for its own rounding and the
+ * terms' (those of P and dS summed into it, taken as u/2 of |x|). */
+#define ATTN_IDENT_KAPPA2(u2) ((u2) / 3 + (u2) / 4)
+
+/* One identity's work: the gated output (out, decoded as the gates see it),
+ * the other output it needs (dQ: the kernel's dK; dK and dV: its O, both
+ * decoded), the dtype's unit roundoff squared, and each work item's worst
+ * sum. */
+struct attn_ident_job {
+    struct run *r;
+    int which;                    /* AW_DQ, AW_DK or AW_DV */
+    const float *out, *other;
+    double u2, tiny2;             /* the dtype's unit roundoff squared; its least subnormal's, over 12 */
+    size_t nab;                   /* blocks of ATTN_IDENT_AB rows a per (sequence, KV head) */
+    struct ident *item;
+};
+
+/* Fold a sum (residual off, noise variance var) into x, the worst so far,
+ * with its place named by `what` and (b, hk, a, c): a < 0 for a column sum. */
+static void attn_ident_fold(struct ident *x, double off, double var, const char *what, size_t b, size_t hk,
+                            long a, size_t c)
+{
+    if (!isfinite(off) || !isfinite(var)) { x->nonfinite++; return; }
+    double sd = sqrt(var), z = sd > 0 ? fabs(off) / sd : (off != 0 ? INFINITY : 0);
+    x->sums++;
+    if (x->sums > 1 && !(z > x->z)) return;
+    x->z = z, x->off = off, x->noise = sd;
+    if (a < 0) snprintf(x->where, sizeof x->where, "%s, sequence %zu, KV head %zu, column %zu", what, b, hk, c);
+    else snprintf(x->where, sizeof x->where, "%s, sequence %zu, KV head %zu, entry (%ld,%zu)", what, b, hk, a, c);
+}
+
+/* acc[a - a0][c] += sign * sum over tokens t0..t1-1 and heads h0..h1-1 of
+ * x[t][h][a] * y[t][h][c], and var[..] += the same of kappa2 x^2 y^2 +
+ * fx y^2 + fy x^2 (fx, fy: the variance of x's or y's rounding below the
+ * least normal, 0 for an input). */
+static void attn_ident_outer(double *acc, double *var, const float *x, const float *y, size_t t0, size_t t1,
+                             size_t heads, size_t h0, size_t h1, size_t d, size_t a0, size_t a1, double sign,
+                             double kappa2, double fx, double fy)
+{
+    for (size_t t = t0; t < t1; t++)
+        for (size_t h = h0; h < h1; h++) {
+            const float *xr = x + (t * heads + h) * d, *yr = y + (t * heads + h) * d;
+            for (size_t a = a0; a < a1; a++) {
+                double xa = xr[a], w = kappa2 * xa * xa + fx, f = fy * xa * xa;
+                double *ac = acc + (a - a0) * d, *vc = var + (a - a0) * d;
+                for (size_t c = 0; c < d; c++) ac[c] += sign * xa * yr[c], vc[c] += w * (double)yr[c] * yr[c] + f;
+            }
+        }
+}
+
+/* The column sums of sequence b, KV head hk (dK, dV: every key's), each
+ * against its expected value:
+ *   sum_k dV_k = the sum of dO over the group's query rows that see a key
+ *     (each row of P sums to 1);
+ *   sum_k dK_k = scale * sum_i Q_i (dsum_i - D_i), with dsum_i = dO_i . O_i
+ *     exactly (the reference's) and D_i the kernel's, from its stored O
+ *     (each row of dS sums to dsum_i - D_i).
+ * The noise: each stored element's rounding; each row's P terms (dV: u^2/3
+ * sum_k P^2 dO^2) or dS terms (dK: 2 u^2/3 sum_k dS^2 scale^2 Q^2); D_i's
+ * fp32 sum (2^-22 of sum |dO O|). */
+static void attn_ident_colsums(const struct attn_ident_job *j, size_t b, size_t hk, struct ident *x)
+{
+    struct attn_case *a = j->r->attn;
+    const struct attn_geom *g = &a->g;
+    size_t d = g->d, grp = g->hq / g->hkv, sq = g->cu_q[b + 1] - g->cu_q[b];
+    double sum[KG_ATTN_DMAX] = { 0 }, var[KG_ATTN_DMAX] = { 0 }, u2 = j->u2;
+    for (size_t k = g->cu_k[b]; k < g->cu_k[b + 1]; k++) {
+        const float *o = j->out + (k * g->hkv + hk) * d;
+        for (size_t c = 0; c < d; c++) sum[c] += o[c], var[c] += u2 / 3 * (double)o[c] * o[c] + j->tiny2;
+    }
+    for (size_t i = 0; i < sq; i++) {
+        if (!attn_visible(g, b, i)) continue;
+        size_t t = g->cu_q[b] + i;
+        for (size_t h = hk * grp; h < (hk + 1) * grp; h++) {
+            const float *dout = attn_row(a->in.dout, t, g->hq, h, d);
+            size_t r = t * g->hq + h;
+            if (j->which == AW_DV) {
+                for (size_t c = 0; c < d; c++)
+                    sum[c] -= dout[c], var[c] += u2 / 3 * a->in.p2[r] * (double)dout[c] * dout[c];
+                continue;
+            }
+            const float *o = attn_row(j->other, t, g->hq, h, d), *q = attn_row(a->in.q, t, g->hq, h, d);
+            double dk = 0, mag = 0;
+            for (size_t c = 0; c < d; c++) dk += (double)dout[c] * o[c], mag += fabs((double)dout[c] * o[c]);
+            double w = g->scale * (a->in.dsum_ref[r] - dk), e = g->scale * mag * 0x1p-22;
+            double v = e * e + 2 * u2 / 3 * g->scale * g->scale * a->in.ds2[r];
+            for (size_t c = 0; c < d; c++) sum[c] -= w * q[c], var[c] += v * (double)q[c] * q[c];
+        }
+    }
+    for (size_t c = 0; c < d; c++)
+        attn_ident_fold(x, sum[c], var[c], j->which == AW_DV ? "sum of dV = sum of dO" : "sum of dK = "
+                        "scale * sum of Q (dsum - D)", b, hk, -1, c);
+}
+
+/* Work item i: sequence b, KV head hk, rows a0..a1 of a D x D identity:
+ *   dQ: sum over the group's query rows of Q (x) dQ = sum over keys of dK (x) K
+ *       (both are scale * sum_ij dS_ij Q_i (x) K_j);
+ *   dV: sum over keys of V (x) dV = sum over query rows of O (x) dO
+ *       (both are sum_ij P_ij V_j (x) dO_i);
+ * then (first block) the column sums of dK or dV. */
+static void attn_ident_item(void *ctx, size_t i)
+{
+    const struct attn_ident_job *j = ctx;
+    struct attn_case *a = j->r->attn;
+    const struct attn_geom *g = &a->g;
+    size_t d = g->d, grp = g->hq / g->hkv, blk = i % j->nab, u = i / j->nab, b = u / g->hkv, hk = u % g->hkv;
+    size_t a0 = blk * ATTN_IDENT_AB, a1 = a0 + ATTN_IDENT_AB < d ? a0 + ATTN_IDENT_AB : d;
+    size_t q0 = g->cu_q[b], q1 = g->cu_q[b + 1], k0 = g->cu_k[b], k1 = g->cu_k[b + 1];
+    struct ident *x = &j->item[i];
+    if (j->which != AW_DQ && blk == 0) attn_ident_colsums(j, b, hk, x);
+    if (j->which == AW_DK) return;
+    double *acc = xcalloc(2 * ATTN_IDENT_AB * d, sizeof *acc), *var = acc + ATTN_IDENT_AB * d;
+    double kappa2 = ATTN_IDENT_KAPPA2(j->u2), f = j->tiny2;
+    if (j->which == AW_DQ) {
+        attn_ident_outer(acc, var, a->in.q, j->out, q0, q1, g->hq, hk * grp, (hk + 1) * grp, d, a0, a1, 1, kappa2,
+                         0, f);
+        attn_ident_outer(acc, var, j->other, a->in.k, k0, k1, g->hkv, hk, hk + 1, d, a0, a1, -1, kappa2, f, 0);
+    } else {
+        attn_ident_outer(acc, var, a->in.v, j->out, k0, k1, g->hkv, hk, hk + 1, d, a0, a1, 1, kappa2, 0, f);
+        attn_ident_outer(acc, var, j->other, a->in.dout, q0, q1, g->hq, hk * grp, (hk + 1) * grp, d, a0, a1, -1,
+                         kappa2, f, 0);
+    }
+    for (size_t r = a0; r < a1; r++)
+        for (size_t c = 0; c < d; c++)
+            attn_ident_fold(x, acc[(r - a0) * d + c], var[(r - a0) * d + c], j->which == AW_DQ ? "Q^T dQ = dK^T K (the "
+                            "kernel's dK)" : "V^T dV = O^T dO (the kernel's O)", b, hk, (long)r, c);
+    free(acc);
+}
+
+/* Output k of the case as the device holds it, decoded (caller frees). */
+static float *attn_ident_read(struct run *r, int k)
+{
+    const struct output *p = &r->out[k];
+    void *raw = xmalloc(p->elems * DTYPES[p->dt].bytes + 1);
+    dev_download(r->d, raw, p->buf, p->elems * DTYPES[p->dt].bytes);
+    float *v = run_decode(p->dt, raw, p->rows, p->cols, p->srow, p->scol);
+    free(raw);
+    return v;
+}
+
+/* The checksum gate's sums of a backward output o (values out): dQ's
+ * identity with the kernel's dK, dK's column sums, dV's column sums and
+ * its identity with the kernel's O, each sum in units of its noise's
+ * spread (ATTN_IDENT_KAPPA2 and attn_ident_colsums); x->set stays 0 for O
+ * and LSE. */
+static void attn_identity(struct run *r, int o, const float *out, struct ident *x)
+{
+    struct attn_case *a = r->attn;
+    memset(x, 0, sizeof *x);
+    if (o != a->dq_out && o != a->dk_out && o != a->dv_out) return;
+    attn_stats(r);
+    size_t nab = (a->g.d + ATTN_IDENT_AB - 1) / ATTN_IDENT_AB, n = a->g.b * a->g.hkv * nab;
+    struct attn_ident_job j = { r, o == a->dq_out ? AW_DQ : o == a->dk_out ? AW_DK : AW_DV, out, NULL,
+                                0, 0, nab, xcalloc(n + 1, sizeof(struct ident)) };
+    const struct dtype_info *t = &DTYPES[r->out[o].dt];
+    j.u2 = t->unit_roundoff * t->unit_roundoff, j.tiny2 = t->tiny * t->tiny / 12;
+    float *other = attn_ident_read(r, j.which == AW_DQ ? a->dk_out : a->o);
+    j.other = other;
+    par_for(n, attn_ident_item, &j);
+    x->set = 1;
+    for (size_t i = 0; i < n; i++) {
+        struct ident *y = &j.item[i];
+        x->nonfinite += y->nonfinite;
+        if (y->sums && (!x->sums || y->z > x->z)) {
+            size_t sums = x->sums + y->sums, nf = x->nonfinite;
+            *x = *y, x->set = 1, x->sums = sums, x->nonfinite = nf;
+        } else x->sums += y->sums;
+    }
+    x->limit = ATTN_IDENT_Z;
+    free(other);
+    free(j.item);
 }
 
 /* --- its planted fault --- */
@@ -635,4 +826,5 @@ static const char *attn_inj_unfit(const struct kcase *c)
 }
 
 /* attn's row of the op table (ops.c). */
-static const struct op OP_ATTN = { "attn", attn_set, attn_finish, attn_prepare, attn_launch, attn_reference };
+static const struct op OP_ATTN = { "attn", attn_set, attn_finish, attn_prepare, attn_launch, attn_reference,
+                                   attn_identity };

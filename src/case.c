@@ -45,9 +45,21 @@ struct run;
 struct plan;
 struct refs;
 
+/* What an op's identities found on one output (the checksum gate's where
+ * the references hold no exact sums): sums over every element that the
+ * op's algebra fixes, each against its expected value, in units of the
+ * spread of its rounding noise. */
+struct ident {
+    int set;                      /* 0: the op has none for this output */
+    double z, off, noise;         /* the worst sum: |residual| / spread, the residual, the spread */
+    double limit;                 /* the largest z that passes */
+    size_t sums, nonfinite;       /* sums compared; sums left out for a NaN or inf (the nan-inf gate's) */
+    char where[160];              /* the worst sum: which identity, and where */
+};
+
 /* An op is a row of this table: how to read its options, check a case, make
- * its inputs and outputs, launch the kernels of one output, and compute the
- * reference of one output on a check plan. */
+ * its inputs and outputs, launch the kernels of one output, compute the
+ * reference of one output on a check plan, and check its identities. */
 struct op {
     const char *name;
     /* Apply option `key` (value `val`, NULL for a flag); return 1 if the value
@@ -65,6 +77,9 @@ struct op {
     void (*launch)(struct run *r, int o);
     /* The double and same-precision references of output `o` on plan `p`. */
     void (*reference)(struct run *r, int o, const struct plan *p, struct refs *f);
+    /* Check output `o`'s identities on its values `out` (rows x cols, as the
+     * gates see them) into x; NULL: the op has none. */
+    void (*identity)(struct run *r, int o, const float *out, struct ident *x);
 };
 
 static int case_parse_dtype(const char *s, enum dtype *out)

@@ -271,12 +271,32 @@ static void gate_group(const struct stats *s, const struct gate_in *g, struct ve
              what, a->max_err, a->wi, a->wj, a->wi / KG_TILE, a->wj / KG_TILE);
 }
 
+/* checksum, where the op has identities (attention's gradients): every
+ * sum that the op's algebra fixes within x->limit spreads of its rounding
+ * noise of its expected value (attn_identity). */
+static void gate_identities(const struct ident *x, struct verdict *v)
+{
+    if (!x->sums) {
+        not_gated(v, x->nonfinite ? "every identity's sum holds a NaN or inf (the nan-inf gate's)" :
+                  "no identity to sum (no sequence holds both queries and keys)");
+        return;
+    }
+    v->value = x->z / x->limit, v->limit = 1, v->pass = x->z <= x->limit;
+    snprintf(v->detail, sizeof v->detail, "worst identity: %s: off by %.4g, its rounding noise %.3g: %.1f spreads, "
+             "allowed %g; %zu sums, %zu with a NaN or inf left to nan-inf", x->where, x->off, x->noise, x->z,
+             x->limit, x->sums, x->nonfinite);
+}
+
 /* checksum: in a product of unquantized operands, every row's and every
  * column's sum over all its elements within what fp32 accumulation and the
  * output's rounding allow of the exact sum (catches a gross error at
  * elements the sample does not check). */
 static void gate_checksum(const struct stats *s, const struct gate_in *g, struct verdict *v)
 {
+    if (g->id->set) {
+        gate_identities(g->id, v);
+        return;
+    }
     if (!g->f->sum_r) {
         not_gated(v, g->o->nparts ? "quantized operands: the fp8 tensor cores align their sums to 13 bits, which "
                   "bounds an element only by about 2% of sum |x||y|" : "attention: a sum of O needs the softmax's "
@@ -488,6 +508,7 @@ struct result {
     double tflops, pct_peak;      /* pct_peak < 0: peak not known */
     float *out;                   /* --dump: the output as the first check decoded it (rows x cols) */
     char sha256[65];              /* the first run's storage bytes (guard bands not included), hex; "": not read */
+    struct ident id;              /* the op's identities on the output as last checked (the checksum gate's) */
 };
 
 /* An attention gradient's default rtol and atol: at least GRAD_TOL_ULPS
@@ -628,10 +649,12 @@ static void gate_output(struct run *r, int o, struct result *res, unsigned char 
     struct gate_in g = { &r->out[o], &res->plan, &res->refs, out, unwritten, outside, r->out[o].dt,
                          gate_rtol(r, o), res->atol, gate_base_atol(r, o), r->inputs_nonzero, r->c->inputs, &res->rep,
                          r->q, r->q ? QFMTS[r->q->f].snr_gate : 0, r->o->trades_precision, &res->graph,
-                         run_inputs_written(r) };
+                         run_inputs_written(r), &res->id };
     free(res->s.tiles);
     free(res->s.segs);
     stats_compute(&res->s, &g);
+    memset(&res->id, 0, sizeof res->id);
+    if (r->c->op->identity && !res->graph.why[0]) r->c->op->identity(r, o, out, &res->id);
     res->pass = 1;
     size_t graph = (size_t)gate_index("graph");
     for (size_t k = 0; k < N_GATES; k++) {

@@ -96,4 +96,5 @@ static void gemm_prepare(struct run *r)
 }
 
 /* gemm's row of the op table (ops.c). */
-static const struct op OP_GEMM = { "gemm", gemm_set, gemm_finish, gemm_prepare, gemm_launch, product_reference };
+static const struct op OP_GEMM = { "gemm", gemm_set, gemm_finish, gemm_prepare, gemm_launch, product_reference,
+                                   NULL };

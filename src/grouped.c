@@ -115,4 +115,4 @@ static void grouped_prepare(struct run *r)
 
 /* grouped's row of the op table (ops.c): launched as gemm's outputs are. */
 static const struct op OP_GROUPED = { "grouped", grouped_set, grouped_finish, grouped_prepare, gemm_launch,
-                                      product_reference };
+                                      product_reference, NULL };

@@ -262,8 +262,11 @@ static const char *inj_unfit_fragment(const struct kcase *c)
  * of unquantized operands (the checksum gate sums those). */
 static const char *inj_unfit_checksum(const struct kcase *c)
 {
-    return strcmp(c->op->name, "attn") == 0 || c->qfmt != Q_NONE
-               ? "needs a gemm or grouped case of f32, f16 or bf16 (the checksum gate sums those)" : NULL;
+    if (strcmp(c->op->name, "attn") == 0)
+        return c->bwd ? NULL : "needs attention's --bwd (the checksum gate sums its gradients; O and LSE have no "
+                               "such sum)";
+    return c->qfmt != Q_NONE ? "needs a gemm or grouped case of f32, f16 or bf16, or attention's --bwd (the "
+                               "checksum gate sums those)" : NULL;
 }
 
 static const struct inject INJECTS[] = {

@@ -48,6 +48,7 @@ struct gate_in {
     const char *trades;           /* --trades-precision: why the baseline rule is waived */
     const struct graphcheck *graph;
     const struct inputs_check *in;   /* what the launches did to the inputs (run_inputs_written) */
+    const struct ident *id;       /* the op's identities on this output (case.c); id->set 0: none */
 };
 
 /* Error sums of one tile or one segment. */
@@ -359,7 +360,7 @@ static size_t stats_nf_stray(const struct gate_in *g)
 static double sums_store_allow(enum dtype t, double v)
 {
     double u = SUM_OUT_ROUNDOFFS * DTYPES[t].unit_roundoff;
-    return u * fabs(v) / (1 - u) + (t == DT_F16 ? 0x1p-24 : t == DT_BF16 ? 0x1p-133 : 0x1p-149);
+    return u * fabs(v) / (1 - u) + DTYPES[t].tiny;
 }
 
 /* The allowance of line l (rows, then columns) of the checksum gate: the
