@@ -1177,7 +1177,19 @@ struct cpu_attn_job {
     float *dsum;                               /* [Tq][hq] */
     void *o_out, *dq_out, *dk_out, *dv_out;    /* raw dt storage */
     float *lse_out;
+    int gpu_round;   /* $KGATE_TEST_GPU_ROUNDING (cpu_attn_gpu_round) */
 };
+
+/* Tests of the checksum gate's noise model on attention (attn.c):
+ * $KGATE_TEST_GPU_ROUNDING=1 makes the candidate round as a GPU kernel
+ * does: P to dt before its products (forward and backward), dS to dt, and D
+ * summed in another order than dP; =2 also sums dQ's dP in reverse (a
+ * two-pass kernel's dQ sees another dS than dK's).  0 otherwise. */
+static int cpu_attn_gpu_round(void)
+{
+    const char *v = getenv("KGATE_TEST_GPU_ROUNDING");
+    return v && (strcmp(v, "1") == 0 || strcmp(v, "2") == 0) ? v[0] - '0' : 0;
+}
 
 /* Forward of one (token, head) unit: an online softmax over blocks of
  * CPU_ATTN_BN keys in fp32, the accumulator rescaled per block, P in fp32. */
@@ -1203,6 +1215,7 @@ static void cpu_attn_fwd_item(void *ctx, size_t u)
             float p = expf(s[x] - mb);
             const float *v = attn_row(j->v, k0 + j0 + x, g->hkv, hk, d);
             l += p;
+            if (j->gpu_round) p = dt_round(j->dt, p);
             for (size_t c = 0; c < d; c++) acc[c] += p * v[c];
         }
         m = mb;
@@ -1215,19 +1228,35 @@ static void cpu_attn_fwd_item(void *ctx, size_t u)
 static void cpu_attn_dsum_item(void *ctx, size_t u)
 {
     const struct cpu_attn_job *j = ctx;
-    j->dsum[u] = dot_f32_par(j->o + u * j->g->d, j->dout + u * j->g->d, j->g->d);
+    const float *o = j->o + u * j->g->d, *dout = j->dout + u * j->g->d;
+    j->dsum[u] = dot_f32_par(o, dout, j->g->d);
+    if (!j->gpu_round) return;
+    double s = 0;   /* another order (and precision) than dP's */
+    for (size_t c = 0; c < j->g->d; c++) s += (double)o[c] * dout[c];
+    j->dsum[u] = (float)s;
 }
 
-/* p and ds of one score, from the forward's LSE and the row's D (fp32). */
-static void cpu_attn_pds(const struct cpu_attn_job *j, size_t t, size_t h, size_t kt, size_t hk, float *p,
-                         float *ds)
+/* sum a[i]*b[i] in fp32 from the last element down (the test hook's dQ). */
+static float dot_f32_rev(const float *a, const float *b, size_t n)
+{
+    float s = 0;
+    for (size_t i = n; i-- > 0;) s += a[i] * b[i];
+    return s;
+}
+
+/* p and ds of one score, from the forward's LSE and the row's D (fp32);
+ * for_dq: dQ's (the test hook's =2 sums its dP in reverse). */
+static void cpu_attn_pds(const struct cpu_attn_job *j, size_t t, size_t h, size_t kt, size_t hk, int for_dq,
+                         float *p, float *ds)
 {
     const struct attn_geom *g = j->g;
     size_t r = t * g->hq + h;
+    const float *dout = attn_row(j->dout, t, g->hq, h, g->d), *v = attn_row(j->v, kt, g->hkv, hk, g->d);
     float s = dot_f32_par(attn_row(j->q, t, g->hq, h, g->d), attn_row(j->k, kt, g->hkv, hk, g->d), g->d);
-    float dp = dot_f32_par(attn_row(j->dout, t, g->hq, h, g->d), attn_row(j->v, kt, g->hkv, hk, g->d), g->d);
+    float dp = for_dq && j->gpu_round == 2 ? dot_f32_rev(dout, v, g->d) : dot_f32_par(dout, v, g->d);
     *p = isinf(j->lse[r]) ? 0.0f : expf(s * (float)g->scale - j->lse[r]);
     *ds = *p * (dp - j->dsum[r]);
+    if (j->gpu_round) *ds = dt_round(j->dt, *ds), *p = dt_round(j->dt, *p);
 }
 
 /* dQ of one (token, head) unit. */
@@ -1240,7 +1269,7 @@ static void cpu_attn_dq_item(void *ctx, size_t u)
     float acc[KG_ATTN_DMAX] = { 0 };
     for (size_t x = 0; x < nk; x++) {
         float p, ds;
-        cpu_attn_pds(j, t, h, k0 + x, hk, &p, &ds);
+        cpu_attn_pds(j, t, h, k0 + x, hk, 1, &p, &ds);
         const float *k = attn_row(j->k, k0 + x, g->hkv, hk, d);
         for (size_t c = 0; c < d; c++) acc[c] += ds * k[c];
     }
@@ -1259,7 +1288,7 @@ static void cpu_attn_dkdv_item(void *ctx, size_t u)
         for (size_t t = g->cu_q[b]; t < g->cu_q[b + 1]; t++) {
             if (attn_visible(g, b, t - g->cu_q[b]) <= jj) continue;
             float p, ds;
-            cpu_attn_pds(j, t, h, kt, hk, &p, &ds);
+            cpu_attn_pds(j, t, h, kt, hk, 0, &p, &ds);
             const float *q = attn_row(j->q, t, g->hq, h, d), *dout = attn_row(j->dout, t, g->hq, h, d);
             for (size_t c = 0; c < d; c++) av[c] += p * dout[c], ak[c] += ds * q[c];
         }
@@ -1274,7 +1303,7 @@ static void cpu_attn_dkdv_item(void *ctx, size_t u)
 static void cpu_attn_fwd(const struct attn_geom *g, enum dtype dt, const float *q, const float *k,
                          const float *v, size_t tq, void *o, float *lse)
 {
-    struct cpu_attn_job j = { g, dt, q, k, v, NULL, NULL, NULL, NULL, o, NULL, NULL, NULL, lse };
+    struct cpu_attn_job j = { g, dt, q, k, v, NULL, NULL, NULL, NULL, o, NULL, NULL, NULL, lse, cpu_attn_gpu_round() };
     par_for(tq * g->hq, cpu_attn_fwd_item, &j);
 }
 
@@ -1285,7 +1314,7 @@ static void cpu_attn_bwd(const struct attn_geom *g, enum dtype dt, const float *
                          size_t tk, void *dq, void *dk, void *dv)
 {
     float *dsum = xmalloc(tq * g->hq * sizeof(float));
-    struct cpu_attn_job j = { g, dt, q, k, v, o, dout, lse, dsum, NULL, dq, dk, dv, NULL };
+    struct cpu_attn_job j = { g, dt, q, k, v, o, dout, lse, dsum, NULL, dq, dk, dv, NULL, cpu_attn_gpu_round() };
     par_for(tq * g->hq, cpu_attn_dsum_item, &j);
     par_for(tk * g->hkv, cpu_attn_dkdv_item, &j);
     par_for(tq * g->hq, cpu_attn_dq_item, &j);

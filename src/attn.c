@@ -619,12 +619,13 @@ static void attn_reference(struct run *r, int o, const struct plan *p, struct re
  * uniformly, so by a spread of at most u|x|/sqrt(3), and, below the least
  * normal, by half the least subnormal (a spread of tiny/sqrt(12): f16's
  * 2^-24 matters where dS is pure rounding, as in a sequence of one key).
- * A stored element carries one such rounding; each P and dS term of a kernel's products
- * carries one (P) or two (dS: of P, then of dS itself), independently.  In
- * a column sum the terms' variances come from the exact sums of P^2 and
- * dS^2 of every query row (attn_ref_squares); in a D x D sum each stored
- * element's kappa^2 = u^2/3 + u^2/4 stands for its own rounding and the
- * terms' (those of P and dS summed into it, taken as u/2 of |x|). */
+ * A stored element carries one such rounding; each P and dS term of a
+ * kernel's products carries one (P) or two (dS: of P, then of dS itself),
+ * independently.  In a column sum the terms' variances come from the exact
+ * sums of P^2 and dS^2 of every query row (attn_ref_squares); in a D x D
+ * sum each stored element's kappa^2 = u^2/3 + u^2/4 stands for its own
+ * rounding and the terms' (those of P and dS summed into it, taken as u/2
+ * of |x|). */
 #define ATTN_IDENT_KAPPA2(u2) ((u2) / 3 + (u2) / 4)
 
 /* One identity's work: the gated output (out, decoded as the gates see it),
@@ -681,8 +682,8 @@ static void attn_ident_outer(double *acc, double *var, const float *x, const flo
  *     exactly (the reference's) and D_i the kernel's, from its stored O
  *     (each row of dS sums to dsum_i - D_i).
  * The noise: each stored element's rounding; each row's P terms (dV: u^2/3
- * sum_k P^2 dO^2) or dS terms (dK: 2 u^2/3 sum_k dS^2 scale^2 Q^2); D_i's
- * fp32 sum (2^-22 of sum |dO O|). */
+ * sum_k P^2 dO^2) or dS terms (dK: 2 u^2/3 sum_k dS^2 scale^2 Q^2), each
+ * term with its subnormal floor; D_i's fp32 sum (2^-22 of sum |dO O|). */
 static void attn_ident_colsums(const struct attn_ident_job *j, size_t b, size_t hk, struct ident *x)
 {
     struct attn_case *a = j->r->attn;
@@ -699,22 +700,54 @@ static void attn_ident_colsums(const struct attn_ident_job *j, size_t b, size_t 
         for (size_t h = hk * grp; h < (hk + 1) * grp; h++) {
             const float *dout = attn_row(a->in.dout, t, g->hq, h, d);
             size_t r = t * g->hq + h;
+            double sub = (double)attn_visible(g, b, i) * j->tiny2;   /* each term's subnormal rounding */
             if (j->which == AW_DV) {
                 for (size_t c = 0; c < d; c++)
-                    sum[c] -= dout[c], var[c] += u2 / 3 * a->in.p2[r] * (double)dout[c] * dout[c];
+                    sum[c] -= dout[c], var[c] += (u2 / 3 * a->in.p2[r] + sub) * dout[c] * dout[c];
                 continue;
             }
             const float *o = attn_row(j->other, t, g->hq, h, d), *q = attn_row(a->in.q, t, g->hq, h, d);
             double dk = 0, mag = 0;
             for (size_t c = 0; c < d; c++) dk += (double)dout[c] * o[c], mag += fabs((double)dout[c] * o[c]);
             double w = g->scale * (a->in.dsum_ref[r] - dk), e = g->scale * mag * 0x1p-22;
-            double v = e * e + 2 * u2 / 3 * g->scale * g->scale * a->in.ds2[r];
+            double v = e * e + g->scale * g->scale * (2 * u2 / 3 * a->in.ds2[r] + 2 * sub);
             for (size_t c = 0; c < d; c++) sum[c] -= w * q[c], var[c] += v * (double)q[c] * q[c];
         }
     }
     for (size_t c = 0; c < d; c++)
         attn_ident_fold(x, sum[c], var[c], j->which == AW_DV ? "sum of dV = sum of dO" : "sum of dK = "
                         "scale * sum of Q (dsum - D)", b, hk, -1, c);
+}
+
+/* dQ's identity holds exactly only when dQ and dK come from the same dS:
+ * a kernel that computes dS again for dQ (two passes) gets another fp32
+ * rounding of dP - D, which is all of dS where a row sees one key or its
+ * softmax is one-hot.  Its spread is taken as 2^-21 sum_d |dO_d| max|V|
+ * (D's and dP's fp32 sums over the head dim) times P, so that over the
+ * keys it adds, to var[a - a0][c], scale^2 sum_i Q_ia^2 e_i^2 sum_k P_ik^2
+ * times max_k K_kc^2 (the sequence's keys). */
+static void attn_ident_redo_ds(const struct attn_ident_job *j, size_t b, size_t hk, size_t a0, size_t a1,
+                               double *var)
+{
+    struct attn_case *a = j->r->attn;
+    const struct attn_geom *g = &a->g;
+    size_t d = g->d, grp = g->hq / g->hkv;
+    double kmax[KG_ATTN_DMAX] = { 0 }, vmax = 0, sa[ATTN_IDENT_AB] = { 0 };
+    for (size_t k = g->cu_k[b]; k < g->cu_k[b + 1]; k++) {
+        const float *kr = attn_row(a->in.k, k, g->hkv, hk, d), *vr = attn_row(a->in.v, k, g->hkv, hk, d);
+        for (size_t c = 0; c < d; c++)
+            kmax[c] = fmax(kmax[c], (double)kr[c] * kr[c]), vmax = fmax(vmax, fabs(vr[c]));
+    }
+    for (size_t t = g->cu_q[b]; t < g->cu_q[b + 1]; t++)
+        for (size_t h = hk * grp; h < (hk + 1) * grp; h++) {
+            const float *dout = attn_row(a->in.dout, t, g->hq, h, d), *q = attn_row(a->in.q, t, g->hq, h, d);
+            double l1 = 0;
+            for (size_t c = 0; c < d; c++) l1 += fabs(dout[c]);
+            double e = 0x1p-21 * l1 * vmax * g->scale, w = e * e * a->in.p2[t * g->hq + h];
+            for (size_t r = a0; r < a1; r++) sa[r - a0] += w * (double)q[r] * q[r];
+        }
+    for (size_t r = a0; r < a1; r++)
+        for (size_t c = 0; c < d; c++) var[(r - a0) * d + c] += sa[r - a0] * kmax[c];
 }
 
 /* Work item i: sequence b, KV head hk, rows a0..a1 of a D x D identity:
@@ -740,6 +773,7 @@ static void attn_ident_item(void *ctx, size_t i)
         attn_ident_outer(acc, var, a->in.q, j->out, q0, q1, g->hq, hk * grp, (hk + 1) * grp, d, a0, a1, 1, kappa2,
                          0, f);
         attn_ident_outer(acc, var, j->other, a->in.k, k0, k1, g->hkv, hk, hk + 1, d, a0, a1, -1, kappa2, f, 0);
+        attn_ident_redo_ds(j, b, hk, a0, a1, var);
     } else {
         attn_ident_outer(acc, var, a->in.v, j->out, k0, k1, g->hkv, hk, hk + 1, d, a0, a1, 1, kappa2, 0, f);
         attn_ident_outer(acc, var, j->other, a->in.dout, q0, q1, g->hq, hk * grp, (hk + 1) * grp, d, a0, a1, -1,
@@ -747,8 +781,9 @@ static void attn_ident_item(void *ctx, size_t i)
     }
     for (size_t r = a0; r < a1; r++)
         for (size_t c = 0; c < d; c++)
-            attn_ident_fold(x, acc[(r - a0) * d + c], var[(r - a0) * d + c], j->which == AW_DQ ? "Q^T dQ = dK^T K (the "
-                            "kernel's dK)" : "V^T dV = O^T dO (the kernel's O)", b, hk, (long)r, c);
+            attn_ident_fold(x, acc[(r - a0) * d + c], var[(r - a0) * d + c], j->which == AW_DQ ? "Q^T dQ = dK^T K (with the "
+                            "kernel's dK: either may be off)" : "V^T dV = O^T dO (with the kernel's O: either may be "
+                            "off)", b, hk, (long)r, c);
     free(acc);
 }
 
