@@ -151,7 +151,7 @@ static void repeat_runs(struct run *r, struct result *res, unsigned char **raw1,
         int atomics = launch_all(r);
         for (int k = 0; k < r->nout; k++) {
             struct repeat *rep = &res[k].rep;
-            unsigned char *raw = gate_download(r, k);
+            unsigned char *raw = run_output_raw(r, k);
             const struct inject *inj = run_inject(r, INJ_REPEAT);
             struct inject_ctx ix = { .r = r, .oi = k, .o = &r->out[k], .raw = raw };
             if (inj && run == 2) inj->apply(&ix);
@@ -187,7 +187,7 @@ static void graph_check(struct run *r, struct result *res, unsigned char **raw)
     int atomics = launch_all(r);
     r->eager = 0;
     for (int k = 0; k < r->nout && !atomics; k++) {
-        unsigned char *eager = gate_download(r, k);
+        unsigned char *eager = run_output_raw(r, k);
         const struct inject *inj = run_inject(r, INJ_GRAPH);
         struct inject_ctx ix = { .r = r, .oi = k, .o = &r->out[k], .raw = eager };
         if (inj) inj->apply(&ix);
@@ -276,7 +276,7 @@ static void gate_arm(struct run *r, struct arm_case *ac, int repeat, const char 
     if (r->q) q_stage(r);
     launch_all(r);
     unsigned char **raw1 = xcalloc((size_t)r->nout, sizeof *raw1);
-    for (int k = 0; k < r->nout; k++) raw1[k] = gate_download(r, k);
+    for (int k = 0; k < r->nout; k++) raw1[k] = run_output_raw(r, k);
     int refused = run_graph_path(r) && run_graph_refused(r);
     if (repeat > 1 && !refused) {
         if (progress) fprintf(progress, "[%d/%d] %s: %d more runs\n", idx, total, r->c->label, repeat - 1);

@@ -695,12 +695,12 @@ static void attn_ident_colsums(const struct attn_ident_job *j, size_t b, size_t 
         for (size_t c = 0; c < d; c++) sum[c] += o[c], var[c] += u2 / 3 * (double)o[c] * o[c] + j->tiny2;
     }
     for (size_t i = 0; i < sq; i++) {
-        if (!attn_visible(g, b, i)) continue;
-        size_t t = g->cu_q[b] + i;
+        size_t nk = attn_visible(g, b, i), t = g->cu_q[b] + i;
+        if (!nk) continue;
+        double sub = (double)nk * j->tiny2;   /* each term's subnormal rounding */
         for (size_t h = hk * grp; h < (hk + 1) * grp; h++) {
             const float *dout = attn_row(a->in.dout, t, g->hq, h, d);
             size_t r = t * g->hq + h;
-            double sub = (double)attn_visible(g, b, i) * j->tiny2;   /* each term's subnormal rounding */
             if (j->which == AW_DV) {
                 for (size_t c = 0; c < d; c++)
                     sum[c] -= dout[c], var[c] += (u2 / 3 * a->in.p2[r] + sub) * dout[c] * dout[c];
@@ -791,9 +791,8 @@ static void attn_ident_item(void *ctx, size_t i)
 static float *attn_ident_read(struct run *r, int k)
 {
     const struct output *p = &r->out[k];
-    void *raw = xmalloc(p->elems * DTYPES[p->dt].bytes + 1);
-    dev_download(r->d, raw, p->buf, p->elems * DTYPES[p->dt].bytes);
-    float *v = run_decode(p->dt, raw, p->rows, p->cols, p->srow, p->scol);
+    unsigned char *raw = run_output_raw(r, k);
+    float *v = run_decode(p->dt, raw + p->guard, p->rows, p->cols, p->srow, p->scol);
     free(raw);
     return v;
 }
@@ -817,16 +816,15 @@ static void attn_identity(struct run *r, int o, const float *out, struct ident *
     float *other = attn_ident_read(r, j.which == AW_DQ ? a->dk_out : a->o);
     j.other = other;
     par_for(n, attn_ident_item, &j);
-    x->set = 1;
+    size_t sums = 0, nonfinite = 0;
+    const struct ident *worst = NULL;
     for (size_t i = 0; i < n; i++) {
-        struct ident *y = &j.item[i];
-        x->nonfinite += y->nonfinite;
-        if (y->sums && (!x->sums || y->z > x->z)) {
-            size_t sums = x->sums + y->sums, nf = x->nonfinite;
-            *x = *y, x->set = 1, x->sums = sums, x->nonfinite = nf;
-        } else x->sums += y->sums;
+        const struct ident *y = &j.item[i];
+        sums += y->sums, nonfinite += y->nonfinite;
+        if (y->sums && (!worst || y->z > worst->z)) worst = y;
     }
-    x->limit = ATTN_IDENT_Z;
+    if (worst) *x = *worst;
+    x->set = 1, x->sums = sums, x->nonfinite = nonfinite, x->limit = ATTN_IDENT_Z;
     free(other);
     free(j.item);
 }

@@ -1,8 +1,8 @@
 /* src/gates.c — the gates: each a row of GATES, judging one output by its
  * statistics (stats.c), and checking an output (read back, decoded, planted
- * fault applied, every gate run).  Relies on stats.c, run.c, plan.c, timer.c
- * (a result holds its time), lowprec.c (the quantize stage), options.c,
- * case.c, gpu.c (read back), ref.c (formats) and util.c (digests). */
+ * fault applied, every gate run).  Relies on stats.c, run.c (read back),
+ * plan.c, timer.c (a result holds its time), lowprec.c (the quantize
+ * stage), options.c, case.c, ref.c (formats) and util.c (digests). */
 
 /* A gate's verdict: pass, the measured value and the limit it was held to,
  * and one line of detail. */
@@ -599,17 +599,6 @@ static void gate_check_tolerance(const struct opts *o, const struct kcase *c)
         t->name, t->rtol, t->atol, which);
 }
 
-/* Output o's storage with its guard bands, as the device holds it (caller
- * frees). */
-static unsigned char *gate_download(struct run *r, int o)
-{
-    const struct output *p = &r->out[o];
-    size_t bytes = p->elems * DTYPES[p->dt].bytes + 2 * p->guard;
-    unsigned char *raw = xmalloc(bytes);
-    dev_download(r->d, raw, p->buf - p->guard, bytes);
-    return raw;
-}
-
 /* Decode output o from its raw storage (with guard bands), planting the
  * --inject fault (if any): its values (rows x cols, caller frees);
  * *unwritten counts the elements still holding the poison bytes, *outside
@@ -643,7 +632,7 @@ static float *gate_decode(struct run *r, int o, unsigned char *raw, const struct
  * lines. */
 static void gate_output(struct run *r, int o, struct result *res, unsigned char *raw, const char *when)
 {
-    unsigned char *own = raw ? NULL : (raw = gate_download(r, o));
+    unsigned char *own = raw ? NULL : (raw = run_output_raw(r, o));
     size_t unwritten, outside;
     float *out = gate_decode(r, o, raw, res, &unwritten, &outside);
     struct gate_in g = { &r->out[o], &res->plan, &res->refs, out, unwritten, outside, r->out[o].dt,

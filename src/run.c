@@ -455,6 +455,17 @@ static struct output *run_output(struct run *r, const char *name, enum dtype t, 
     return o;
 }
 
+/* Output o's storage with its guard bands, as the device holds it (caller
+ * frees). */
+static unsigned char *run_output_raw(struct run *r, int o)
+{
+    const struct output *p = &r->out[o];
+    size_t bytes = p->elems * DTYPES[p->dt].bytes + 2 * p->guard;
+    unsigned char *raw = xmalloc(bytes);
+    dev_download(r->d, raw, p->buf - p->guard, bytes);
+    return raw;
+}
+
 /* Fill every output that launch o computes, guard bands included, with the
  * poison bytes 0xff (queued on the device's stream). */
 static void run_poison(struct run *r, int o)
