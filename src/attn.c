@@ -541,9 +541,11 @@ static void attn_unit(const struct attn_ref_job *j, size_t tok, size_t head, dou
     }
 }
 
-/* Work item i: the units of the plan's rows (row by head), then the units
- * of the rows checked only on the plan's columns (the one head of its
- * column group, plan_cols). */
+/* Work item i: the units of the plan's rows (head by row: the threads'
+ * items at any moment share a head, so its K and V stay in the caches; at
+ * B4 H32 S4096 d128 a head's K and V are 4 MiB of floats, all the heads'
+ * are 128), then the units of the rows checked only on the plan's columns
+ * (the one head of its column group, plan_cols). */
 static void attn_ref_item(void *ctx, size_t i)
 {
     const struct attn_ref_job *j = ctx;
@@ -552,7 +554,7 @@ static void attn_ref_item(void *ctx, size_t i)
     float lp[KG_ATTN_DMAX];
     size_t cols = j->o->cols;
     if (i < p->nr * j->heads) {
-        size_t pr = i / j->heads, h = i % j->heads;
+        size_t pr = i % p->nr, h = i / p->nr;
         attn_unit(j, p->rows[pr], h, ref, lp);
         for (size_t c = 0; c < j->uc; c++)
             j->f->ref_r[pr * cols + h * j->uc + c] = ref[c], j->f->lp_r[pr * cols + h * j->uc + c] = lp[c];
@@ -567,11 +569,13 @@ static void attn_ref_item(void *ctx, size_t i)
 }
 
 /* The backward references' statistics (LSE and rowsum(dO·O) of every query
- * row, in double and in lp), made once per case. */
+ * row, in double and in lp, and its sums of P^2 and dS^2), made once per
+ * case; item u is token u % Tq of head u / Tq (head by token, for the
+ * caches, as attn_ref_item). */
 static void attn_stats_item(void *ctx, size_t u)
 {
     struct run *r = ctx;
-    attn_ref_stats(&r->attn->g, &r->attn->in, r->c->dt, u / r->attn->g.hq, u % r->attn->g.hq);
+    attn_ref_stats(&r->attn->g, &r->attn->in, r->c->dt, u % r->attn->tq, u / r->attn->tq);
 }
 
 static void attn_stats(struct run *r)
