@@ -2481,42 +2481,73 @@ __device__ static inline void kg_attn_fwd(const kg_u16 *Q, const kg_u16 *K, cons
 }
 
 // Backward preprocessing: Dsum[t][h] = sum_d O[t][h][d] * dO[t][h][d] in fp32,
-// sequential in d; one (t, h) per thread, grid-strided.  ATTN_PRE_STAGED=1
-// (NVIDIA; on gfx942 its 34 KiB of LDS would leave one wave per SIMD): where
-// rows are whole 16-byte granules (Dh % 8 == 0, O and dO 16-byte aligned), a
-// block's ATTN_THREADS rows pass through shared memory ATTN_PRE_CHUNK columns
-// at a time, read in coalesced 16-byte loads (the thread-per-row loads touch
-// one row's 2 bytes in each of 32 lines); each thread's fma chain keeps its
-// order, so Dsum is bitwise the same.
+// sequential in d; one (t, h) per thread, grid-strided.  On NVIDIA, by
+// default (ATTN_PRE_STAGED=1; 0 keeps the plain loads; gfx942 always does, as
+// its 34 KiB of LDS would leave one wave per SIMD), where rows are whole
+// 16-byte granules (Dh % 8 == 0, O and dO 16-byte aligned), a block's
+// ATTN_THREADS rows pass through shared memory ATTN_PRE_CHUNK columns at a
+// time, read in coalesced 16-byte loads, the next chunk's in flight while
+// this one is summed (the plain loads touch one row's 2 bytes in each of 32
+// lines: over 4x the time, bench/HOPPER.md); each thread's fma chain keeps its
+// order, so Dsum is bitwise the plain loads'.
 #ifndef ATTN_PRE_STAGED
-#define ATTN_PRE_STAGED 0
+#define ATTN_PRE_STAGED 1
 #endif
 #define ATTN_PRE_CHUNK 32                       // columns staged at a time (a multiple of 8)
 #define ATTN_PRE_W (ATTN_PRE_CHUNK / 2 + 1)     // 32-bit words a staged row: its pairs, one of pad (odd: no conflict)
+#define ATTN_PRE_G (ATTN_PRE_CHUNK / 8)         // granules a row's chunk, and a thread's of each operand
 
 struct __attribute__((aligned(16))) kg_u32x4 { unsigned x, y, z, w; };
 
-// One block's rows [e0, e0 + ATTN_THREADS) of the staged Dsum: for each chunk
-// of columns, the block loads both operands' granules (zeros past row n and
-// column Dh), waits, and each thread adds its row's pairs in column order.
+// The granules thread tid stages for one chunk (columns [c0, c0 +
+// ATTN_PRE_CHUNK)): its ATTN_PRE_G of O's and of dO's, rows tid / ATTN_PRE_G
+// + j · (ATTN_THREADS / ATTN_PRE_G) of the block's, zeros past row n and
+// column Dh.  Registers only: the loads stay in flight until kg_attn_pre_put.
+// (Unused on gfx942, which keeps the plain loads.)
+__device__ static inline __attribute__((unused)) void kg_attn_pre_fetch(const kg_u16 *O, const kg_u16 *dO, kg_i64 e0,
+                                                                        kg_i64 n, int Dh, int c0, kg_u32x4 *vo,
+                                                                        kg_u32x4 *vd)
+{
+    const int tid = (int)kg_tid(), col = c0 + tid % ATTN_PRE_G * 8;
+    const kg_u32x4 zero = { 0, 0, 0, 0 };
+#pragma unroll
+    for (int j = 0; j < ATTN_PRE_G; j++) {
+        const kg_i64 e = e0 + tid / ATTN_PRE_G + j * (ATTN_THREADS / ATTN_PRE_G);
+        vo[j] = vd[j] = zero;
+        if (e < n && col < Dh)
+            vo[j] = *(const kg_u32x4 *)(O + e * Dh + col), vd[j] = *(const kg_u32x4 *)(dO + e * Dh + col);
+    }
+}
+
+// kg_attn_pre_fetch's granules into the staging rows (ATTN_PRE_W words a row).
+__device__ static inline __attribute__((unused)) void kg_attn_pre_put(const kg_u32x4 *vo, const kg_u32x4 *vd,
+                                                                      unsigned (*st)[ATTN_THREADS * ATTN_PRE_W])
+{
+    const int tid = (int)kg_tid();
+#pragma unroll
+    for (int j = 0; j < ATTN_PRE_G; j++) {
+        const int w = (tid / ATTN_PRE_G + j * (ATTN_THREADS / ATTN_PRE_G)) * ATTN_PRE_W + tid % ATTN_PRE_G * 4;
+        unsigned *to = &st[0][w], *td = &st[1][w];
+        to[0] = vo[j].x, to[1] = vo[j].y, to[2] = vo[j].z, to[3] = vo[j].w;
+        td[0] = vd[j].x, td[1] = vd[j].y, td[2] = vd[j].z, td[3] = vd[j].w;
+    }
+}
+
+// One block's rows [e0, e0 + ATTN_THREADS) of the staged Dsum: each chunk of
+// columns is put into shared memory, the next chunk's loads are issued, and
+// while they fly each thread adds its row's pairs in column order.
 template <class D>
 __device__ static inline float kg_attn_pre_rows(const kg_u16 *O, const kg_u16 *dO, kg_i64 e0, kg_i64 n, int Dh,
                                                 unsigned (*st)[ATTN_THREADS * ATTN_PRE_W])
 {
-    const int tid = (int)kg_tid(), gpr = ATTN_PRE_CHUNK / 8;   // granules a row's chunk
+    const int tid = (int)kg_tid();
+    kg_u32x4 vo[ATTN_PRE_G], vd[ATTN_PRE_G];
+    kg_attn_pre_fetch(O, dO, e0, n, Dh, 0, vo, vd);
     float s = 0.0f;
     for (int c0 = 0; c0 < Dh; c0 += ATTN_PRE_CHUNK) {
-        for (int g = tid; g < ATTN_THREADS * gpr; g += ATTN_THREADS) {
-            int row = g / gpr, col = c0 + g % gpr * 8;
-            kg_i64 e = e0 + row;
-            kg_u32x4 vo = { 0, 0, 0, 0 }, vd = { 0, 0, 0, 0 };
-            if (e < n && col < Dh)
-                vo = *(const kg_u32x4 *)(O + e * Dh + col), vd = *(const kg_u32x4 *)(dO + e * Dh + col);
-            unsigned *to = &st[0][row * ATTN_PRE_W + g % gpr * 4], *td = &st[1][row * ATTN_PRE_W + g % gpr * 4];
-            to[0] = vo.x, to[1] = vo.y, to[2] = vo.z, to[3] = vo.w;
-            td[0] = vd.x, td[1] = vd.y, td[2] = vd.z, td[3] = vd.w;
-        }
+        kg_attn_pre_put(vo, vd, st);
         kg_sync();
+        if (c0 + ATTN_PRE_CHUNK < Dh) kg_attn_pre_fetch(O, dO, e0, n, Dh, c0 + ATTN_PRE_CHUNK, vo, vd);
         const int m = Dh - c0 < ATTN_PRE_CHUNK ? Dh - c0 : ATTN_PRE_CHUNK;   // even: Dh % 8 == 0
         for (int k = 0; k < m / 2; k++) {
             unsigned wo = st[0][tid * ATTN_PRE_W + k], wd = st[1][tid * ATTN_PRE_W + k];
@@ -4268,6 +4299,36 @@ __device__ static inline void kg_fb_dq(const kg_tmap *tq, const kg_tmap *tdo, co
     kg_fb_store<D, BF>(dq, scale, dQ, q0, r_lo, Sq, Hq, h, Dh, lane);
 }
 
+// kg_fb_dq_post's rows of a slab that is not transposed (M 64 or 128), where
+// Dh % 4 == 0: four columns a thread at a time, one 16-byte load (the pair
+// swizzle XORs pair indices by multiples of 4, so pairs 2p and 2p + 1 stay
+// side by side) and one 8-byte store; every load of the thread is issued
+// before its first store.  The same products as the pairs below: the same dQ.
+template <int D, int BF, int M>
+__device__ static inline void kg_fb_dq_post_quads(const float *slab, kg_u16 *dQ, int q0, int i0, int Sq, int diag,
+                                                  int Hq, int h, int Dh, int keys, float scale, int causal) {
+    constexpr int QT = M * D / 4 / 256;   // a thread's quads (M, D in {64, 128})
+    const int tid = (int)kg_tid();
+    float4 v[QT];
+#pragma unroll
+    for (int j = 0; j < QT; j++) {
+        const int e = tid + 256 * j, r = e / (D / 4), col = 4 * (e % (D / 4));
+        v[j] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        if (i0 + r < Sq && col < Dh) v[j] = *(const float4 *)(slab + kg_fb_slab_at(r, col, D));
+    }
+#pragma unroll
+    for (int j = 0; j < QT; j++) {
+        const int e = tid + 256 * j, r = e / (D / 4), col = 4 * (e % (D / 4)), i = i0 + r;
+        if (i >= Sq || col >= Dh) continue;
+        const bool seen = keys && (!causal || i + diag >= 0);   // else 0: the slab is unwritten
+        const float4 w = seen ? make_float4(v[j].x * scale, v[j].y * scale, v[j].z * scale, v[j].w * scale)
+                              : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        const unsigned lo = BF ? kg_wg_pack(w.x, w.y, kg_bf16()) : kg_wg_pack(w.x, w.y, kg_f16());
+        const unsigned hi = BF ? kg_wg_pack(w.z, w.w, kg_bf16()) : kg_wg_pack(w.z, w.w, kg_f16());
+        *(uint2 *)(dQ + ((kg_i64)(q0 + i) * Hq + h) * Dh + col) = make_uint2(lo, hi);
+    }
+}
+
 // The fused pass's last step: dQ = scale · the slab sums (kg_fb_slab), into
 // the input type, for rows and columns inside the sequence and Dh; a row
 // that sees no key (no key block wrote its slab) gets 0.  M rows a slab (the
@@ -4294,6 +4355,10 @@ __device__ static inline void kg_fb_dq_post(const float *acc, kg_u16 *dQ, const 
             t[0] = v.x, t[1] = v.y, t[2] = v.z, t[3] = v.w;
         }
         __syncthreads();
+    }
+    if (M != 80 && Dh % 4 == 0) {
+        kg_fb_dq_post_quads<D, BF, M>(slab, dQ, q0, i0, Sq, diag, Hq, h, Dh, Sk > 0, scale, causal);
+        return;
     }
     for (int e = (int)kg_tid(); e < M * Dh / 2; e += 256) {
         const int r = e / (Dh / 2), col = 2 * (e % (Dh / 2)), i = i0 + r;

@@ -201,7 +201,7 @@ static void attn_prepare(struct run *r)
     a->in.dout = attn_input(r, 4, a->tq, hq, ATTN_DO_GAIN);
     a->d_do = run_upload(r, "dO", a->in.dout, a->tq * hq * d, t);
     run_keep(r, "dO", a->in.dout, 'f', 3, a->tq, hq, d);
-    a->dsum = run_scratch(r, "Dsum", a->tq * hq * sizeof(float) + 4);
+    a->dsum = run_scratch(r, "Dsum", a->tq * hq * sizeof(float));   /* exact: a write past it hits the band */
     if (r->d->kind != DEV_CPU && d <= 128) {   /* made before any launch: a graph may capture the first */
         a->nslab = (int)(a->tq / ATTN_FB_ROWS + B + 1);
         a->dq_slabs = run_scratch(r, "dQ slabs", attn_slab_bytes(a));
