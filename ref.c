@@ -436,6 +436,7 @@ struct mm_job {
  * targets lower them to what they have).  GCC/clang vector extensions: the
  * compiler alone does not keep a 4 x 4 tile of accumulators in registers. */
 typedef double kg_v2d __attribute__((vector_size(16)));
+typedef double kg_v4d __attribute__((vector_size(32)));
 typedef float kg_v4f __attribute__((vector_size(16)));
 
 /* acc[r][c] += sum over k in [k0, k1) of x[r][k] * y[k][c], in double. */
@@ -613,6 +614,13 @@ struct qprod {
 #define REF_FAST __attribute__((target("avx2,fma")))
 #else
 #define REF_FAST
+#endif
+/* gcc fuses no product into an add under -std=c11; clang would, within an
+ * expression, where the fast build has FMA: from here on it may not either,
+ * so that the attention references' two builds (src/attn.c) give the same
+ * bits too. */
+#ifdef __clang__
+#pragma STDC FP_CONTRACT OFF
 #endif
 
 /* Whether the fast build runs: the CPU has AVX2 and FMA, and
@@ -937,36 +945,57 @@ static float dot_f32_par(const float *a, const float *b, size_t n)
 #define DOT_BATCH 8
 
 /* out[b] = sum a[b][i]*c[b][i] in double, b < nb <= DOT_BATCH, four at a
- * time; each over two pairs of partial sums (the reference: order does not
- * matter at this precision, but it is fixed). */
-static void dot_f64_batch(const float *const *a, const float *const *c, size_t nb, size_t n, double *out)
+ * time; each over four partial sums, of i mod 4, added in lane order (the
+ * reference: order does not matter at this precision, but it is fixed). */
+REF_INLINE void dot_f64_batch(const float *const *a, const float *const *c, size_t nb, size_t n, double *out)
 {
     for (size_t b0 = 0; b0 < nb; b0 += 4) {
         const float *x[4], *y[4];
-        kg_v2d s0[4], s1[4];
+        kg_v4d s[4];
         for (size_t b = 0; b < 4; b++) {
             size_t k = b0 + b < nb ? b0 + b : b0;
-            x[b] = a[k], y[b] = c[k], s0[b] = (kg_v2d){ 0, 0 }, s1[b] = (kg_v2d){ 0, 0 };
+            x[b] = a[k], y[b] = c[k], s[b] = (kg_v4d){ 0, 0, 0, 0 };
         }
         size_t i = 0;
         for (; i + 4 <= n; i += 4)
             for (size_t b = 0; b < 4; b++) {
-                kg_v2d a0 = { x[b][i], x[b][i + 1] }, e0 = { y[b][i], y[b][i + 1] };
-                kg_v2d a1 = { x[b][i + 2], x[b][i + 3] }, e1 = { y[b][i + 2], y[b][i + 3] };
-                s0[b] += a0 * e0;
-                s1[b] += a1 * e1;
+                kg_v4d xv = { x[b][i], x[b][i + 1], x[b][i + 2], x[b][i + 3] };
+                kg_v4d yv = { y[b][i], y[b][i + 1], y[b][i + 2], y[b][i + 3] };
+                kg_v4d pv = xv * yv;
+                s[b] += pv;
             }
         for (size_t b = 0; b < 4 && b0 + b < nb; b++) {
-            double r = s0[b][0] + s0[b][1] + s1[b][0] + s1[b][1];
+            double r = s[b][0] + s[b][1] + s[b][2] + s[b][3];
             for (size_t j = i; j < n; j++) r += (double)x[b][j] * y[b][j];
             out[b0 + b] = r;
         }
     }
 }
 
+/* y[c] += a·x[c] in double and z[c] += b·x[c] in fp32, c < n: each element
+ * as alone (its product, then its add), four elements at a time. */
+REF_INLINE void axpy_pair(double *y, float *z, double a, float b, const float *x, size_t n)
+{
+    size_t c = 0;
+    for (; c + 4 <= n; c += 4) {
+        kg_v4f xf, zv;
+        kg_v4d yv;
+        memcpy(&xf, x + c, sizeof xf), memcpy(&zv, z + c, sizeof zv), memcpy(&yv, y + c, sizeof yv);
+        kg_v4d xd = { xf[0], xf[1], xf[2], xf[3] }, pd = xd * a;
+        kg_v4f pf = xf * b;
+        yv += pd, zv += pf;
+        memcpy(y + c, &yv, sizeof yv), memcpy(z + c, &zv, sizeof zv);
+    }
+    for (; c < n; c++) {
+        double pd = a * x[c];
+        float pf = b * x[c];
+        y[c] += pd, z[c] += pf;
+    }
+}
+
 /* out[b] = sum a[b][i]*c[b][i] in fp32, i in order, each product and sum
  * rounded (the lp, eager-framework, arithmetic), b < nb <= DOT_BATCH. */
-static void dot_f32_seq_batch(const float *const *a, const float *const *c, size_t nb, size_t n, float *out)
+REF_INLINE void dot_f32_seq_batch(const float *const *a, const float *const *c, size_t nb, size_t n, float *out)
 {
     if (nb == 0) return;
     const float *x[DOT_BATCH], *y[DOT_BATCH];
@@ -984,8 +1013,8 @@ static void dot_f32_seq_batch(const float *const *a, const float *const *c, size
  * computation as an eager framework does it in dtype dt: scores in fp32,
  * rounded to dt; softmax in fp32 (its LSE from the rounded scores); the
  * probabilities rounded to dt; P·V in fp32, rounded to dt. */
-static void attn_ref_fwd(const struct attn_geom *g, const struct attn_in *in, enum dtype dt, size_t t,
-                         size_t h, double *o, double *lse, float *o_lp, float *lse_lp, double *p)
+REF_INLINE void attn_ref_fwd(const struct attn_geom *g, const struct attn_in *in, enum dtype dt, size_t t,
+                             size_t h, double *o, double *lse, float *o_lp, float *lse_lp, double *p)
 {
     size_t b = attn_seq_of(g->cu_q, g->b, t), nk = attn_visible(g, b, t - g->cu_q[b]);
     size_t hk = h / (g->hq / g->hkv), k0 = g->cu_k[b], d = g->d;
@@ -1017,8 +1046,7 @@ static void attn_ref_fwd(const struct attn_geom *g, const struct attn_in *in, en
     float *acc = xcalloc(d, sizeof(float));
     for (size_t j = 0; j < nk; j++) {
         const float *v = attn_row(in->v, k0 + j, g->hkv, hk, d);
-        float p32 = dt_round(dt, s32[j] / l32);
-        for (size_t c = 0; c < d; c++) o[c] += s[j] * v[c], acc[c] += p32 * v[c];
+        axpy_pair(o, acc, s[j], dt_round(dt, s32[j] / l32), v, d);
     }
     for (size_t c = 0; c < d; c++) o[c] /= l, o_lp[c] = dt_round(dt, acc[c]);
     for (size_t j = 0; j < nk && p; j++) p[j] = s[j] / l;
@@ -1030,8 +1058,8 @@ static void attn_ref_fwd(const struct attn_geom *g, const struct attn_in *in, en
  * (P (dP - D))^2, in double, from its P (p) and D (ds), into in->p2 and
  * in->ds2: the spreads of a kernel's rounding of P and dS in a sum over
  * every key (the identities of attn.c). */
-static void attn_ref_squares(const struct attn_geom *g, struct attn_in *in, size_t t, size_t h, size_t nk,
-                             const double *p, double ds)
+REF_INLINE void attn_ref_squares(const struct attn_geom *g, struct attn_in *in, size_t t, size_t h, size_t nk,
+                                 const double *p, double ds)
 {
     size_t b = attn_seq_of(g->cu_q, g->b, t), hk = h / (g->hq / g->hkv), k0 = g->cu_k[b], d = g->d;
     const float *dout = attn_row(in->dout, t, g->hq, h, d);
@@ -1053,7 +1081,7 @@ static void attn_ref_squares(const struct attn_geom *g, struct attn_in *in, size
 /* The backward's per-row statistics for query token t, head h: LSE and
  * D = sum_d dO·O, in double (from the double O) and in lp (fp32 from lp's O
  * rounded to dt); and the sums of P^2 and dS^2 (attn_ref_squares). */
-static void attn_ref_stats(const struct attn_geom *g, struct attn_in *in, enum dtype dt, size_t t, size_t h)
+REF_INLINE void attn_ref_stats(const struct attn_geom *g, struct attn_in *in, enum dtype dt, size_t t, size_t h)
 {
     size_t b = attn_seq_of(g->cu_q, g->b, t), nk = attn_visible(g, b, t - g->cu_q[b]);
     double o[KG_ATTN_DMAX], lse, *p = xmalloc(nk * sizeof *p + 1);
@@ -1073,8 +1101,8 @@ static void attn_ref_stats(const struct attn_geom *g, struct attn_in *in, enum d
  * token t[b] (head h[b]) with key token kt[b] (KV head hk): p and
  * ds = p·(dp - D), in double (pd[b]) and in lp (pl[b]: each of s, p, dp and
  * ds rounded to dt, as eager autograd stores them). */
-static void attn_ref_pds(const struct attn_geom *g, const struct attn_in *in, enum dtype dt, const size_t *t,
-                         const size_t *h, const size_t *kt, size_t hk, size_t nb, double pd[][2], float pl[][2])
+REF_INLINE void attn_ref_pds(const struct attn_geom *g, const struct attn_in *in, enum dtype dt, const size_t *t,
+                             const size_t *h, const size_t *kt, size_t hk, size_t nb, double pd[][2], float pl[][2])
 {
     const float *q[DOT_BATCH] = { 0 }, *k[DOT_BATCH] = { 0 }, *v[DOT_BATCH] = { 0 }, *dout[DOT_BATCH] = { 0 };
     double s64[DOT_BATCH], dp64[DOT_BATCH];
@@ -1100,8 +1128,8 @@ static void attn_ref_pds(const struct attn_geom *g, const struct attn_in *in, en
 
 /* dQ of query token t, head h: scale · sum_j ds_j K_j (ref in double; lp in
  * fp32 in key order, rounded to dt).  The stats must be ready. */
-static void attn_ref_dq(const struct attn_geom *g, const struct attn_in *in, enum dtype dt, size_t t,
-                        size_t h, double *dq, float *dq_lp)
+REF_INLINE void attn_ref_dq(const struct attn_geom *g, const struct attn_in *in, enum dtype dt, size_t t,
+                            size_t h, double *dq, float *dq_lp)
 {
     size_t b = attn_seq_of(g->cu_q, g->b, t), nk = attn_visible(g, b, t - g->cu_q[b]);
     size_t hk = h / (g->hq / g->hkv), k0 = g->cu_k[b], d = g->d;
@@ -1114,8 +1142,7 @@ static void attn_ref_dq(const struct attn_geom *g, const struct attn_in *in, enu
         for (size_t x = 0; x < nb; x++) ts[x] = t, hs[x] = h, kts[x] = k0 + j0 + x;
         attn_ref_pds(g, in, dt, ts, hs, kts, hk, nb, pd, pl);
         for (size_t x = 0; x < nb; x++) {
-            const float *k = attn_row(in->k, kts[x], g->hkv, hk, d);
-            for (size_t c = 0; c < d; c++) dq[c] += pd[x][1] * k[c], acc[c] += pl[x][1] * k[c];
+            axpy_pair(dq, acc, pd[x][1], pl[x][1], attn_row(in->k, kts[x], g->hkv, hk, d), d);
         }
     }
     for (size_t c = 0; c < d; c++)
@@ -1125,9 +1152,9 @@ static void attn_ref_dq(const struct attn_geom *g, const struct attn_in *in, enu
 /* dK and dV's sums over nb <= DOT_BATCH scores of key token kt (KV head
  * hk), in the given order: query token t[x], head h[x] adds p·dO to dv and
  * av, ds·Q to dk and ak (double, then lp in fp32). */
-static void attn_ref_dkdv_add(const struct attn_geom *g, const struct attn_in *in, enum dtype dt, const size_t *t,
-                              const size_t *h, size_t kt, size_t hk, size_t nb, double *dk, double *dv, float *ak,
-                              float *av)
+REF_INLINE void attn_ref_dkdv_add(const struct attn_geom *g, const struct attn_in *in, enum dtype dt, const size_t *t,
+                                  const size_t *h, size_t kt, size_t hk, size_t nb, double *dk, double *dv, float *ak,
+                                  float *av)
 {
     size_t kts[DOT_BATCH] = { 0 };
     double pd[DOT_BATCH][2];
@@ -1136,18 +1163,16 @@ static void attn_ref_dkdv_add(const struct attn_geom *g, const struct attn_in *i
     attn_ref_pds(g, in, dt, t, h, kts, hk, nb, pd, pl);
     for (size_t x = 0; x < nb; x++) {
         const float *q = attn_row(in->q, t[x], g->hq, h[x], g->d), *dout = attn_row(in->dout, t[x], g->hq, h[x], g->d);
-        for (size_t c = 0; c < g->d; c++) {
-            dv[c] += pd[x][0] * dout[c], dk[c] += pd[x][1] * q[c];
-            av[c] += pl[x][0] * dout[c], ak[c] += pl[x][1] * q[c];
-        }
+        axpy_pair(dv, av, pd[x][0], pl[x][0], dout, g->d);
+        axpy_pair(dk, ak, pd[x][1], pl[x][1], q, g->d);
     }
 }
 
 /* dK and dV of key token kt, KV head hk: sums over every query head of the
  * group and every query that sees the key (ref in double; lp in fp32, heads
  * then queries in order, rounded to dt).  The stats must be ready. */
-static void attn_ref_dkdv(const struct attn_geom *g, const struct attn_in *in, enum dtype dt, size_t kt,
-                          size_t hk, double *dk, double *dv, float *dk_lp, float *dv_lp)
+REF_INLINE void attn_ref_dkdv(const struct attn_geom *g, const struct attn_in *in, enum dtype dt, size_t kt,
+                              size_t hk, double *dk, double *dv, float *dk_lp, float *dv_lp)
 {
     size_t b = attn_seq_of(g->cu_k, g->b, kt), j = kt - g->cu_k[b], d = g->d, grp = g->hq / g->hkv;
     size_t ts[DOT_BATCH], hs[DOT_BATCH], nb = 0;

@@ -1125,13 +1125,15 @@ KGATE_THREADS=2 run $K gemm --device cpu --shape 64x64x64
 [ $rc -eq 0 ] && ok "KGATE_THREADS=2 is taken" || bad "KGATE_THREADS=2: exit $rc"
 KGATE_REF_PORTABLE=2 run $K gemm --device cpu --dtype e4m3 --shape 64x64x64
 [ $rc -eq 2 ] && grep -q "KGATE_REF_PORTABLE=2" "$tmp/err" && ok "KGATE_REF_PORTABLE=2: exit 2 naming it" || bad "KGATE_REF_PORTABLE=2: exit $rc: $(head -c 300 "$tmp/err")"
-# the quantized products' two builds (ref.c: REF_FAST, for AVX2 and FMA, and the
-# portable one) give the same bits: the dumped inputs, outputs (the CPU candidate is
-# such a product) and double references, and the JSON (whose gate figures come from
-# the same-precision references too)
+# the quantized products' and the attention references' two builds (ref.c: REF_FAST,
+# for AVX2 and FMA, and the portable one) give the same bits: the dumped inputs,
+# outputs (the CPU candidate is such a product) and double references, and the JSON
+# (whose gate figures come from the same-precision references too)
 grep -qw avx2 /proc/cpuinfo 2>/dev/null && grep -qw fma /proc/cpuinfo && fast="AVX2 and FMA here" || fast="no AVX2+FMA here: both portable"
 for c in "gemm --dtype mxfp8 --shape 130x70x1001" "gemm --dtype mxfp4 --mx-rule up --out f32 --shape 67x33x1000" \
-         "grouped --dtype e4m3 --scaling block --groups 0,200,65 --shape 300x256" "gemm --dtype e5m2 --scaling row --shape 260x300x520"; do
+         "grouped --dtype e4m3 --scaling block --groups 0,200,65 --shape 300x256" "gemm --dtype e5m2 --scaling row --shape 260x300x520" \
+         "attn --seqlens 300,7,1000:1200,0:5 --heads 4:2 --dim 72 --causal --bwd" \
+         "attn --dtype f16 --seq 113:203 --heads 8 --dim 111 --bwd --inputs scaled"; do
     rm -rf "$tmp/ref_fast" "$tmp/ref_port"
     $K $c --device cpu --dump "$tmp/ref_fast" --json 2>"$tmp/ref_fast.err" | sed 's/"time":{[^}]*}//g' >"$tmp/ref_fast.json"
     KGATE_REF_PORTABLE=1 $K $c --device cpu --dump "$tmp/ref_port" --json 2>"$tmp/ref_port.err" | sed 's/"time":{[^}]*}//g' >"$tmp/ref_port.json"

@@ -526,7 +526,7 @@ struct attn_ref_job {
 };
 
 /* One unit's double and same-precision values (uc of each). */
-static void attn_unit(const struct attn_ref_job *j, size_t tok, size_t head, double *ref, float *lp)
+REF_INLINE void attn_unit(const struct attn_ref_job *j, size_t tok, size_t head, double *ref, float *lp)
 {
     struct attn_case *a = j->r->attn;
     enum dtype t = j->r->c->dt;
@@ -545,8 +545,10 @@ static void attn_unit(const struct attn_ref_job *j, size_t tok, size_t head, dou
  * items at any moment share a head, so its K and V stay in the caches; at
  * B4 H32 S4096 d128 a head's K and V are 4 MiB of floats, all the heads'
  * are 128), then the units of the rows checked only on the plan's columns
- * (the one head of its column group, plan_cols). */
-static void attn_ref_item(void *ctx, size_t i)
+ * (the one head of its column group, plan_cols).  Two builds, as ref.c's
+ * quantized products (REF_FAST: AVX2 and FMA, unless $KGATE_REF_PORTABLE=1),
+ * with the same bits. */
+REF_INLINE void attn_ref_do(void *ctx, size_t i)
 {
     const struct attn_ref_job *j = ctx;
     const struct plan *p = j->p;
@@ -567,16 +569,20 @@ static void attn_ref_item(void *ctx, size_t i)
         j->f->ref_c[row * p->nc + c] = ref[u], j->f->lp_c[row * p->nc + c] = lp[u];
     }
 }
+static void attn_ref_item(void *ctx, size_t i) { attn_ref_do(ctx, i); }
+REF_FAST static void attn_ref_item_fast(void *ctx, size_t i) { attn_ref_do(ctx, i); }
 
 /* The backward references' statistics (LSE and rowsum(dO·O) of every query
  * row, in double and in lp, and its sums of P^2 and dS^2), made once per
  * case; item u is token u % Tq of head u / Tq (head by token, for the
- * caches, as attn_ref_item). */
-static void attn_stats_item(void *ctx, size_t u)
+ * caches, as attn_ref_item; and its two builds). */
+REF_INLINE void attn_stats_do(void *ctx, size_t u)
 {
     struct run *r = ctx;
     attn_ref_stats(&r->attn->g, &r->attn->in, r->c->dt, u % r->attn->tq, u / r->attn->tq);
 }
+static void attn_stats_item(void *ctx, size_t u) { attn_stats_do(ctx, u); }
+REF_FAST static void attn_stats_item_fast(void *ctx, size_t u) { attn_stats_do(ctx, u); }
 
 static void attn_stats(struct run *r)
 {
@@ -586,7 +592,7 @@ static void attn_stats(struct run *r)
     a->in.lse_ref = run_owned(r, n * sizeof(double)), a->in.dsum_ref = run_owned(r, n * sizeof(double));
     a->in.lse_lp = run_owned(r, n * sizeof(float)), a->in.dsum_lp = run_owned(r, n * sizeof(float));
     a->in.p2 = run_owned(r, n * sizeof(double)), a->in.ds2 = run_owned(r, n * sizeof(double));
-    par_for(n, attn_stats_item, r);
+    par_for(n, ref_fast() ? attn_stats_item_fast : attn_stats_item, r);
     a->stats_ready = 1;
 }
 
@@ -606,7 +612,7 @@ static void attn_reference(struct run *r, int o, const struct plan *p, struct re
         for (size_t i = 0; i < out->rows; i++)
             if (!p->row_in[i]) col_rows[j.ncol_rows++] = (uint32_t)i;
     j.col_rows = col_rows;
-    par_for(p->nr * j.heads + j.ncol_rows, attn_ref_item, &j);
+    par_for(p->nr * j.heads + j.ncol_rows, ref_fast() ? attn_ref_item_fast : attn_ref_item, &j);
     free(col_rows);
     f->ref_s = now_s() - t0, f->lp_s = -1;
 }

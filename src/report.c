@@ -29,7 +29,7 @@ static void print_machine(FILE *f, const struct device *d)
     if (d->kind == DEV_CPU) {
         fprintf(f, "  %-12s cpu (ref.c candidate on %d threads; not a GPU kernel)\n", "arch:",
                 d->attr[AT_SMS]);
-        fprintf(f, "  %-12s ref.c's %s build of the quantized products\n", "references:",
+        fprintf(f, "  %-12s ref.c's %s build of the quantized products and attention\n", "references:",
                 ref_fast() ? "AVX2+FMA" : "portable");
     } else {
         fprintf(f, "  %-12s %s (%s %d.%d)\n", "arch:", d->arch, PF_NAME[d->pf],
