@@ -1009,12 +1009,14 @@ REF_INLINE void dot_f32_seq_batch(const float *const *a, const float *const *c, 
 /* --- references: one (token, head) unit at a time --- */
 
 /* Forward, query token t, head h.  ref: in double, o[d] and *lse (and, if
- * p is not NULL, each visible key's probability in p).  lp: the same
- * computation as an eager framework does it in dtype dt: scores in fp32,
- * rounded to dt; softmax in fp32 (its LSE from the rounded scores); the
- * probabilities rounded to dt; P·V in fp32, rounded to dt. */
+ * p is not NULL, each visible key's probability in p; if dp is not NULL,
+ * each visible key's dO·V in double, made while its row of V is in the
+ * caches).  lp: the same computation as an eager framework does it in dtype
+ * dt: scores in fp32, rounded to dt; softmax in fp32 (its LSE from the
+ * rounded scores); the probabilities rounded to dt; P·V in fp32, rounded to
+ * dt. */
 REF_INLINE void attn_ref_fwd(const struct attn_geom *g, const struct attn_in *in, enum dtype dt, size_t t,
-                             size_t h, double *o, double *lse, float *o_lp, float *lse_lp, double *p)
+                             size_t h, double *o, double *lse, float *o_lp, float *lse_lp, double *p, double *dp)
 {
     size_t b = attn_seq_of(g->cu_q, g->b, t), nk = attn_visible(g, b, t - g->cu_q[b]);
     size_t hk = h / (g->hq / g->hkv), k0 = g->cu_k[b], d = g->d;
@@ -1044,9 +1046,13 @@ REF_INLINE void attn_ref_fwd(const struct attn_geom *g, const struct attn_in *in
         s32[j] = expf(s32[j] - m32), l32 += s32[j];
     }
     float *acc = xcalloc(d, sizeof(float));
-    for (size_t j = 0; j < nk; j++) {
-        const float *v = attn_row(in->v, k0 + j, g->hkv, hk, d);
-        axpy_pair(o, acc, s[j], dt_round(dt, s32[j] / l32), v, d);
+    const float *dout = dp ? attn_row(in->dout, t, g->hq, h, d) : NULL;
+    for (size_t j0 = 0; j0 < nk; j0 += DOT_BATCH) {
+        size_t nb = nk - j0 < DOT_BATCH ? nk - j0 : DOT_BATCH;
+        const float *os[DOT_BATCH], *vs[DOT_BATCH];
+        for (size_t x = 0; x < nb; x++) os[x] = dout, vs[x] = attn_row(in->v, k0 + j0 + x, g->hkv, hk, d);
+        if (dp) dot_f64_batch(os, vs, nb, d, dp + j0);   /* while these rows of V are in the caches */
+        for (size_t x = 0, j = j0; x < nb; x++, j++) axpy_pair(o, acc, s[j], dt_round(dt, s32[j] / l32), vs[x], d);
     }
     for (size_t c = 0; c < d; c++) o[c] /= l, o_lp[c] = dt_round(dt, acc[c]);
     for (size_t j = 0; j < nk && p; j++) p[j] = s[j] / l;
@@ -1055,25 +1061,16 @@ REF_INLINE void attn_ref_fwd(const struct attn_geom *g, const struct attn_in *in
 }
 
 /* Sums over the nk keys query token t (head h) sees of P^2 and of dS^2 =
- * (P (dP - D))^2, in double, from its P (p) and D (ds), into in->p2 and
- * in->ds2: the spreads of a kernel's rounding of P and dS in a sum over
- * every key (the identities of attn.c). */
+ * (P (dP - D))^2, in double, from its P (p), its dP (dp: dO·V of each key)
+ * and D (ds), into in->p2 and in->ds2: the spreads of a kernel's rounding
+ * of P and dS in a sum over every key (the identities of attn.c). */
 REF_INLINE void attn_ref_squares(const struct attn_geom *g, struct attn_in *in, size_t t, size_t h, size_t nk,
-                                 const double *p, double ds)
+                                 const double *p, const double *dp, double ds)
 {
-    size_t b = attn_seq_of(g->cu_q, g->b, t), hk = h / (g->hq / g->hkv), k0 = g->cu_k[b], d = g->d;
-    const float *dout = attn_row(in->dout, t, g->hq, h, d);
     double p2 = 0, ds2 = 0;
-    for (size_t j0 = 0; j0 < nk; j0 += DOT_BATCH) {
-        size_t nb = nk - j0 < DOT_BATCH ? nk - j0 : DOT_BATCH;
-        const float *os[DOT_BATCH], *vs[DOT_BATCH];
-        double dp[DOT_BATCH];
-        for (size_t x = 0; x < nb; x++) os[x] = dout, vs[x] = attn_row(in->v, k0 + j0 + x, g->hkv, hk, d);
-        dot_f64_batch(os, vs, nb, d, dp);
-        for (size_t x = 0; x < nb; x++) {
-            double pj = p[j0 + x], dsj = pj * (dp[x] - ds);
-            p2 += pj * pj, ds2 += dsj * dsj;
-        }
+    for (size_t j = 0; j < nk; j++) {
+        double dsj = p[j] * (dp[j] - ds);
+        p2 += p[j] * p[j], ds2 += dsj * dsj;
     }
     in->p2[t * g->hq + h] = p2, in->ds2[t * g->hq + h] = ds2;
 }
@@ -1084,16 +1081,16 @@ REF_INLINE void attn_ref_squares(const struct attn_geom *g, struct attn_in *in, 
 REF_INLINE void attn_ref_stats(const struct attn_geom *g, struct attn_in *in, enum dtype dt, size_t t, size_t h)
 {
     size_t b = attn_seq_of(g->cu_q, g->b, t), nk = attn_visible(g, b, t - g->cu_q[b]);
-    double o[KG_ATTN_DMAX], lse, *p = xmalloc(nk * sizeof *p + 1);
+    double o[KG_ATTN_DMAX], lse, *p = xmalloc(2 * nk * sizeof *p + 1), *dp = p + nk;
     float o_lp[KG_ATTN_DMAX], lse_lp;
-    attn_ref_fwd(g, in, dt, t, h, o, &lse, o_lp, &lse_lp, p);
+    attn_ref_fwd(g, in, dt, t, h, o, &lse, o_lp, &lse_lp, p, dp);
     const float *dout = attn_row(in->dout, t, g->hq, h, g->d);
     double ds = 0;
     float ds32 = 0;
     for (size_t c = 0; c < g->d; c++) ds += o[c] * dout[c], ds32 += o_lp[c] * dout[c];
     in->lse_ref[t * g->hq + h] = lse, in->dsum_ref[t * g->hq + h] = ds;
     in->lse_lp[t * g->hq + h] = lse_lp, in->dsum_lp[t * g->hq + h] = ds32;
-    attn_ref_squares(g, in, t, h, nk, p, ds);
+    attn_ref_squares(g, in, t, h, nk, p, dp, ds);
     free(p);
 }
 

@@ -533,8 +533,8 @@ REF_INLINE void attn_unit(const struct attn_ref_job *j, size_t tok, size_t head,
     double o[KG_ATTN_DMAX], lse, other[KG_ATTN_DMAX];
     float o_lp[KG_ATTN_DMAX], lse_lp, other_lp[KG_ATTN_DMAX];
     switch (j->which) {
-    case AW_O: attn_ref_fwd(&a->g, &a->in, t, tok, head, ref, &lse, lp, &lse_lp, NULL); break;
-    case AW_LSE: attn_ref_fwd(&a->g, &a->in, t, tok, head, o, ref, o_lp, lp, NULL); break;
+    case AW_O: attn_ref_fwd(&a->g, &a->in, t, tok, head, ref, &lse, lp, &lse_lp, NULL, NULL); break;
+    case AW_LSE: attn_ref_fwd(&a->g, &a->in, t, tok, head, o, ref, o_lp, lp, NULL, NULL); break;
     case AW_DQ: attn_ref_dq(&a->g, &a->in, t, tok, head, ref, lp); break;
     case AW_DK: attn_ref_dkdv(&a->g, &a->in, t, tok, head, ref, other, lp, other_lp); break;
     case AW_DV: attn_ref_dkdv(&a->g, &a->in, t, tok, head, other, ref, other_lp, lp); break;
