@@ -2481,8 +2481,9 @@ __device__ static inline void kg_attn_fwd(const kg_u16 *Q, const kg_u16 *K, cons
 }
 
 // Backward preprocessing: Dsum[t][h] = sum_d O[t][h][d] * dO[t][h][d] in fp32,
-// sequential in d; one (t, h) per thread, grid-strided.  On NVIDIA, by
-// default (ATTN_PRE_STAGED=1; 0 keeps the plain loads; gfx942 always does, as
+// sequential in d; one (t, h) per thread, grid-strided.  On NVIDIA, at head
+// dims 32, 64, 128 and 256, by warps instead (kg_attn_pre_warps, below); at
+// the others, by default (ATTN_PRE_STAGED=1; 0 keeps the plain loads; gfx942 always does, as
 // its 34 KiB of LDS would leave one wave per SIMD), where rows are whole
 // 16-byte granules (Dh % 8 == 0, O and dO 16-byte aligned), a block's
 // ATTN_THREADS rows pass through shared memory ATTN_PRE_CHUNK columns at a
@@ -2559,14 +2560,75 @@ __device__ static inline float kg_attn_pre_rows(const kg_u16 *O, const kg_u16 *d
     return s;
 }
 
+// Dsum by warps (NVIDIA, ATTN_PRE_WARPS=1, the default, where Dh = 8·L with L
+// = 4, 8, 16 or 32 and O and dO are 16-byte aligned): L lanes a row, one
+// 16-byte granule of O and of dO each, 32 / L rows a warp's load and
+// ATTN_PRE_U such loads of each operand in flight before any is summed;
+// each lane adds its granule's 8 products in column order, then the row's
+// L lanes add theirs by xor shuffles (halves, then quarters, ...).  A fixed
+// order, not the plain loads' chain: Dsum's bits differ from theirs, and
+// every run's are the same.
+#ifndef ATTN_PRE_WARPS
+#define ATTN_PRE_WARPS 1
+#endif
+#define ATTN_PRE_U 4   // a lane's granules of each operand in flight
+#if defined(KG_CUDA)
+template <class D, int L>
+__device__ static inline __attribute__((unused)) void kg_attn_pre_warps(const kg_u16 *O, const kg_u16 *dO,
+                                                                        float *Dsum, kg_i64 n)
+{
+    constexpr int R = 32 / L, WPB = ATTN_THREADS / 32;   // rows a warp's load; warps a block
+    const int lane = (int)kg_tid() % 32, g = lane % L;
+    const kg_i64 stride = (kg_i64)kg_grid_x() * WPB * R * ATTN_PRE_U;
+    for (kg_i64 r0 = ((kg_i64)kg_bid_x() * WPB + (int)kg_tid() / 32) * R * ATTN_PRE_U; r0 < n; r0 += stride) {
+        kg_u32x4 vo[ATTN_PRE_U], vd[ATTN_PRE_U];
+#pragma unroll
+        for (int u = 0; u < ATTN_PRE_U; u++) {
+            const kg_i64 e = r0 + u * R + lane / L;
+            vo[u] = vd[u] = kg_u32x4{ 0, 0, 0, 0 };
+            if (e < n)
+                vo[u] = *(const kg_u32x4 *)(O + e * (8 * L) + 8 * g), vd[u] = *(const kg_u32x4 *)(dO + e * (8 * L) + 8 * g);
+        }
+#pragma unroll
+        for (int u = 0; u < ATTN_PRE_U; u++) {
+            const unsigned wo[4] = { vo[u].x, vo[u].y, vo[u].z, vo[u].w }, wd[4] = { vd[u].x, vd[u].y, vd[u].z, vd[u].w };
+            float s = 0.0f;
+#pragma unroll
+            for (int k = 0; k < 4; k++) {
+                s = kg_fma(D::ld((kg_u16)(wo[k] & 0xffffu)), D::ld((kg_u16)(wd[k] & 0xffffu)), s);
+                s = kg_fma(D::ld((kg_u16)(wo[k] >> 16)), D::ld((kg_u16)(wd[k] >> 16)), s);
+            }
+#pragma unroll
+            for (int off = L / 2; off > 0; off /= 2) s += __shfl_xor_sync(0xffffffffu, s, off);
+            const kg_i64 e = r0 + u * R + lane / L;
+            if (g == 0 && e < n) Dsum[e] = s;
+        }
+    }
+}
+#endif
+
 template <class D>
 __device__ static inline void kg_attn_bwd_pre(const kg_u16 *O, const kg_u16 *dO, float *Dsum,
                                               int Tq, int Hq, int Dh)
 {
     const kg_i64 n = (kg_i64)Tq * Hq, stride = (kg_i64)kg_grid_x() * ATTN_THREADS;
+#if defined(KG_CUDA)
+    const bool granules = Dh % 8 == 0 && ((unsigned long long)O | (unsigned long long)dO) % 16 == 0;   // the same in every thread
+#endif
+#if ATTN_PRE_WARPS && defined(KG_CUDA)
+    if (granules) {
+        switch (Dh) {
+        case 32: kg_attn_pre_warps<D, 4>(O, dO, Dsum, n); return;
+        case 64: kg_attn_pre_warps<D, 8>(O, dO, Dsum, n); return;
+        case 128: kg_attn_pre_warps<D, 16>(O, dO, Dsum, n); return;
+        case 256: kg_attn_pre_warps<D, 32>(O, dO, Dsum, n); return;
+        default: break;
+        }
+    }
+#endif
 #if ATTN_PRE_STAGED && defined(KG_CUDA)
     __shared__ unsigned st[2][ATTN_THREADS * ATTN_PRE_W];
-    if (Dh % 8 == 0 && ((unsigned long long)O | (unsigned long long)dO) % 16 == 0) {   // the same in every thread
+    if (granules) {
         for (kg_i64 e0 = (kg_i64)kg_bid_x() * ATTN_THREADS; e0 < n; e0 += stride) {
             float s = kg_attn_pre_rows<D>(O, dO, e0, n, Dh, st);
             if (e0 + kg_tid() < n) Dsum[e0 + kg_tid()] = s;
@@ -3510,8 +3572,11 @@ KG_FA_SM90_ENTRY(256, bf16, 1)
 //     longest blocks first; without a mask or GQA the walk is rotated
 //     instead (key block j starts at query block j mod FB_ROTATE; the
 //     adds' order at a slab is kg_fb_rank's).  Keys past Sk are masked
-//     out of S^T (kg_fb_mask_keys).  The post kernel scales the slabs into dQ.
-//     kgate zeroes the locks before each launch.
+//     out of S^T (kg_fb_mask_keys).  The post kernel scales the slabs into dQ;
+//     by default (FB_POST_EARLY) it may start while the fused pass runs
+//     (programmatic dependent launch), each block once its slab's lock
+//     counts all its adders (kg_fb_adders).  kgate zeroes the locks before
+//     each launch.
 // Techniques from FlashAttention-2 and -3 (Dao, arXiv 2307.08691; Shah et
 // al., arXiv 2407.08608; FA3's deterministic backward orders its dQ adds
 // with a semaphore per query block).
@@ -3544,6 +3609,9 @@ KG_FA_SM90_ENTRY(256, bf16, 1)
 #ifndef FB_NC_BM
 #define FB_NC_BM 80                        // the fused pass at head dim 128 without a mask: query rows per step
 #endif                                     // (64 or 80; with a mask 64, FB_BM)
+#ifndef FB_POST_EARLY
+#define FB_POST_EARLY 1                    // 1: the post kernel may start while the fused pass runs (programmatic
+#endif                                     // dependent launch): each block waits for its slab's adds (kg_fb_dq_post)
 #ifndef FB_EPI_SMEM
 #define FB_EPI_SMEM 0                      // 1: dK and dV leave through shared memory in 16-byte stores
 #endif                                     // (kg_fb_store_staged), not in 4-byte stores from the fragments
@@ -3589,6 +3657,7 @@ extern "C" __device__ int kg_attn_bwd_fused_sm90_smem_d64 = FB_FUSED_SMEM(64);
 extern "C" __device__ int kg_attn_bwd_fused_sm90_smem_d128 = FB_FUSED_SMEM(128);
 extern "C" __device__ int kg_attn_bwd_fused_sm90_smem_d128nc = FB_FUSED_SMEM_M(FB_NC_BM, 128);
 extern "C" __device__ int kg_attn_bwd_fused_sm90_atomic = FB_DQ_ATOMIC;   // 1: kgate zeroes the dQ slabs
+extern "C" __device__ int kg_attn_bwd_fused_sm90_post_early = FB_POST_EARLY; // 1: kgate launches the post kernel early
 // The fused pass's query rows a step: its Q and dO boxes and its slabs' rows.
 extern "C" __device__ int kg_attn_bwd_fused_sm90_bm_d64 = FB_FBM(64);
 extern "C" __device__ int kg_attn_bwd_fused_sm90_bm_d128 = FB_FBM(128);
@@ -4064,6 +4133,9 @@ __device__ static inline void kg_fb_dkdv(const kg_tmap *tq, const kg_tmap *tdo, 
     const unsigned dqfull = empty + 8 * FB_STAGES, dqempty = dqfull + 16;   // two of each
     float *stat = (float *)(kg_dsmem + (sst - kg_smem_addr(kg_dsmem)));
     const int tid = (int)kg_tid(), wg = tid / 128, warp = tid / 32 % 4, lane = tid % 32;
+    // The post kernel may be scheduled once every block of this grid has
+    // started (it waits for its slabs' adds itself: kg_fb_dq_post).
+    if (FUSED) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
     int jb = (int)kg_bid_x(), b = (int)kg_bid_z(), hk = (int)kg_bid_y();
     if (FUSED && causal) kg_fb_order(&jb, &b, &hk);
     const int G = Hq / Hkv;
@@ -4329,19 +4401,46 @@ __device__ static inline void kg_fb_dq_post_quads(const float *slab, kg_u16 *dQ,
     }
 }
 
+// The key blocks that add their dQ partials into the slab of query rows i0
+// .. i0 + M - 1 (kg_fb_dq_sum; its lock counts them): every key block of the
+// sequence without a mask; with one, blocks 0 .. j, j the last whose first
+// key a row of the slab sees (a block's walk starts at the query block of
+// istart, kg_fb_dkdv).
+template <int M>
+__device__ static __forceinline__ int kg_fb_adders(int i0, int Sk, int diag, int causal) {
+    const int nkb = (Sk + FB_BN - 1) / FB_BN;
+    const long long e = (long long)i0 + M - 1 + diag;   // the last key the slab's last row may see
+    if (!causal || nkb == 0) return nkb;
+    if (e < 0) return 0;
+    return e / FB_BN + 1 < nkb ? (int)(e / FB_BN + 1) : nkb;
+}
+
 // The fused pass's last step: dQ = scale · the slab sums (kg_fb_slab), into
 // the input type, for rows and columns inside the sequence and Dh; a row
 // that sees no key (no key block wrote its slab) gets 0.  M rows a slab (the
 // fused entry's BM; 80: kg_fb_slab_at_t's layout).  Grid (ceil(longest Sq /
-// M), Hq, B), 256 threads: one slab per block.
+// M), Hq, B), 256 threads: one slab per block.  Launched early (FB_POST_EARLY:
+// it may run beside the fused pass), a block first waits until the slab's
+// lock counts all its adders (kg_fb_adders; acquire, so that the adds, which
+// their adder fenced before its release, are seen here), or, when the adds
+// take no locks (FB_DQ_ATOMIC), for the fused pass to finish.
 template <int D, int BF, int M>
-__device__ static inline void kg_fb_dq_post(const float *acc, kg_u16 *dQ, const int *cu_q, const int *cu_k, int Hq,
-                                            int Dh, int nslab, float scale, int causal) {
+__device__ static inline void kg_fb_dq_post(const float *acc, const int *locks, kg_u16 *dQ, const int *cu_q,
+                                            const int *cu_k, int Hq, int Dh, int nslab, float scale, int causal) {
     static_assert(M != 80 || D == 128, "80-row slabs are head dim 128's");
     const int b = (int)kg_bid_z(), h = (int)kg_bid_y(), i0 = (int)kg_bid_x() * M;
     const int q0 = cu_q[b], Sq = cu_q[b + 1] - q0, Sk = cu_k[b + 1] - cu_k[b], diag = Sk - Sq;
     if (i0 >= Sq) return;
-    const float *slab = acc + kg_fb_slab<M>(h, nslab, q0, b, i0) * M * D;
+    const kg_i64 si = kg_fb_slab<M>(h, nslab, q0, b, i0);
+    if (FB_DQ_ATOMIC) {
+        asm volatile("griddepcontrol.wait;" ::: "memory");
+    } else {
+        const int n = kg_fb_adders<M>(i0, Sk, diag, causal);
+        if (kg_tid() == 0 && n > 0)
+            while (kg_fb_lock_read(locks + si) < n) __nanosleep(128);
+        __syncthreads();
+    }
+    const float *slab = acc + si * M * D;
     // A transposed slab (80 rows) goes through shared memory first, column
     // col at tile[col·81] (81: the reads below meet 2-way bank conflicts,
     // not 32-way), so that both its loads and dQ's stores are coalesced.
@@ -4370,6 +4469,16 @@ __device__ static inline void kg_fb_dq_post(const float *acc, kg_u16 *dQ, const 
         *(unsigned *)(dQ + ((kg_i64)(q0 + i) * Hq + h) * Dh + col) =
             BF ? kg_wg_pack(v0, v1, kg_bf16()) : kg_wg_pack(v0, v1, kg_f16());
     }
+}
+
+// The post kernel's end, in every block: the last block to finish (a count
+// after the slabs' locks, zeroed with them) waits for the fused pass to
+// complete, so that the post grid ends after it and what follows in the
+// stream (a timer's event, a copy of dK) follows both.
+__device__ static inline void kg_fb_dq_post_done(int *count) {
+    if (kg_tid() != 0) return;
+    if (atomicAdd(count, 1) == (int)(gridDim.x * gridDim.y * gridDim.z) - 1)
+        asm volatile("griddepcontrol.wait;" ::: "memory");
 }
 
 #define KG_FB_SM90_ENTRY(D, sfx, BF)                                                                      \
@@ -4417,10 +4526,11 @@ KG_FB_SM90_ENTRY(128, bf16, 1)
                                 Dh, scale, causal, nres);                                                \
     }                                                                                                    \
     extern "C" __global__ void __launch_bounds__(256)                                                    \
-    kg_attn_bwd_dq_post_sm90_##tag##_##sfx(const float *acc, kg_u16 *dQ, const int *cu_q, const int *cu_k,   \
-                                           int Hq, int Dh, int nslab, float scale, int causal)           \
+    kg_attn_bwd_dq_post_sm90_##tag##_##sfx(const float *acc, int *locks, kg_u16 *dQ, const int *cu_q,        \
+                                           const int *cu_k, int Hq, int Dh, int nslab, float scale, int causal) \
     {                                                                                                    \
-        kg_fb_dq_post<D, BF, M>(acc, dQ, cu_q, cu_k, Hq, Dh, nslab, scale, causal);                      \
+        kg_fb_dq_post<D, BF, M>(acc, locks, dQ, cu_q, cu_k, Hq, Dh, nslab, scale, causal);               \
+        kg_fb_dq_post_done(locks + (kg_i64)Hq * nslab);                                                  \
     }
 #if FB_BM == 64   // the entries exist whenever they can (the instruction checks see them); FB_FUSED runs them
 KG_FB_FUSED_ENTRY(64, d64, FB_FBM(64), f16, 0)

@@ -125,6 +125,14 @@ static size_t attn_slab_bytes(const struct attn_case *a)
     return a->g.hq * (size_t)a->nslab * ATTN_FB_SLAB * sizeof(float);
 }
 
+/* The bytes of case a's locks for the fused sm_90a backward: one int a
+ * slab (kg_fb_dq_sum's count of the adds made), then one more, the post
+ * kernel's count of its finished blocks (kg_fb_dq_post_done). */
+static size_t attn_lock_bytes(const struct attn_case *a)
+{
+    return (a->g.hq * (size_t)a->nslab + 1) * sizeof(int);
+}
+
 #define ATTN_Q_GAIN 8.0f   /* Q's scale: scores with a spread of ~2.7, a peaked softmax */
 #define ATTN_DO_GAIN 16.0f  /* dO's scale: gradients well above the bf16/f16 atol */
 #define ATTN_Q_GAIN_SCALED 32.0f   /* scaled inputs: Q's scale; logits up to |s| ~ 30 (uniform: ~14) */
@@ -205,7 +213,7 @@ static void attn_prepare(struct run *r)
     if (r->d->kind != DEV_CPU && d <= 128) {   /* made before any launch: a graph may capture the first */
         a->nslab = (int)(a->tq / ATTN_FB_ROWS + B + 1);
         a->dq_slabs = run_scratch(r, "dQ slabs", attn_slab_bytes(a));
-        a->dq_locks = run_scratch(r, "dQ locks", hq * (size_t)a->nslab * sizeof(int));
+        a->dq_locks = run_scratch(r, "dQ locks", attn_lock_bytes(a));
     }
     o = run_output(r, "dQ", t, a->tq, hq * d, (int64_t)(hq * d), 1);
     o->flops = 10 * pairs, o->check_macs = 3 * pairs, o->head_dim = (unsigned)d, o->grad = 1;
@@ -306,7 +314,7 @@ static void attn_sm90_fwd(struct run *r, int i)
     attn_tmap(r->d, &tv, t, a->d_v, a->tk, a->g.hkv, a->g.d, bn);
     void *params[] = { &tq, &tk, &tv, &O->buf, &L->buf, &a->dcu_q, &a->dcu_k, &hq, &hkv, &d, &scale, &causal };
     struct launch_dims l = { { (unsigned)((a->max_sq + 127) / 128), (unsigned)hq, (unsigned)a->g.b }, 384,
-                             (unsigned)r->d->arm->attn_sm90_smem[i], 0 };
+                             (unsigned)r->d->arm->attn_sm90_smem[i], 0, 0 };
     gpu_launch_dims(r->d, names[i][t], &l, params);
 }
 
@@ -371,7 +379,9 @@ static void attn_bwd_args(struct run *r, struct attn_bwd_args *x, unsigned q_row
  * (ceil(longest Sk / 128), Hkv, B), 384 threads, with Q and dO in boxes of
  * the arm's M rows (attn_bwd_fused_bm) and K and V of 128 (dK, dV and the
  * dQ sums), then kg_attn_bwd_dq_post_sm90_d<D>_<dt> on grid (ceil(longest
- * Sq / M), Hq, B), 256 threads (dQ).  The fused kernel is
+ * Sq / M), Hq, B), 256 threads (dQ), allowed to start while the fused pass
+ * runs when the arm says so (FB_POST_EARLY: each of its blocks waits for
+ * its slab's adds, and the last for the fused pass).  The fused kernel is
  * told the device's SM count: its rotated walk (no mask) makes a key block
  * wait for later blocks of its head, safe only when they all fit at once. */
 static void attn_sm90_bwd_fused(struct run *r, int i)
@@ -393,19 +403,19 @@ static void attn_sm90_bwd_fused(struct run *r, int i)
     if (i == 1 && !a->g.causal && arm->attn_bwd_fused_smem[2] > 0) i = 2;
     int rows = arm->attn_bwd_fused_bm[i];
     attn_bwd_args(r, &x, (unsigned)rows, 128);
-    if (arm->attn_bwd_fused_atomic)
-        dev_fill(r->d, a->dq_slabs, 0, attn_slab_bytes(a));
-    else
-        dev_fill(r->d, a->dq_locks, 0, a->g.hq * (size_t)a->nslab * sizeof(int));
+    if (arm->attn_bwd_fused_atomic) dev_fill(r->d, a->dq_slabs, 0, attn_slab_bytes(a));
+    dev_fill(r->d, a->dq_locks, 0, attn_lock_bytes(a));
     int nres = (int)dev_sms(r->d);   /* one block an SM: the blocks that run at once (a rotated walk's bound) */
     void *kp[] = { &x.tq,       &x.tdo,    &x.tk,     &x.tv,  &x.L,    &a->dsum, &x.dK,      &x.dV, &a->dq_slabs,
                    &a->dq_locks, &a->nslab, &a->dcu_q, &a->dcu_k, &x.hq, &x.hkv,   &x.d, &x.scale, &x.causal, &nres };
     struct launch_dims l = { { (unsigned)((a->max_sk + 127) / 128), (unsigned)x.hkv, (unsigned)a->g.b }, 384,
-                             (unsigned)arm->attn_bwd_fused_smem[i], 0 };
+                             (unsigned)arm->attn_bwd_fused_smem[i], 0, 0 };
     gpu_launch_dims(r->d, fused[i][t], &l, kp);
-    void *pp[] = { &a->dq_slabs, &x.dQ, &a->dcu_q, &a->dcu_k, &x.hq, &x.d, &a->nslab, &x.scale, &x.causal };
-    gpu_launch(r->d, post[i][t], (unsigned)((a->max_sq + rows - 1) / rows), (unsigned)x.hq,
-               (unsigned)a->g.b, 256, pp);
+    void *pp[] = { &a->dq_slabs, &a->dq_locks, &x.dQ, &a->dcu_q, &a->dcu_k, &x.hq, &x.d, &a->nslab, &x.scale,
+                   &x.causal };
+    l = (struct launch_dims){ { (unsigned)((a->max_sq + rows - 1) / rows), (unsigned)x.hq, (unsigned)a->g.b }, 256,
+                              0, 0, arm->attn_bwd_post_early };
+    gpu_launch_dims(r->d, post[i][t], &l, pp);
 }
 
 /* The backward of case a through the sm_90a kernels (i from
@@ -438,13 +448,13 @@ static void attn_sm90_bwd(struct run *r, int i)
     void *kp[] = { &x.tq,      &x.tdo,     &x.tk, &x.tv,  &x.L, &a->dsum, &x.dK,     &x.dV,
                    &a->dcu_q, &a->dcu_k, &x.hq, &x.hkv, &x.d, &x.scale, &x.causal };
     struct launch_dims l = { { (unsigned)((a->max_sk + 127) / 128), (unsigned)x.hkv, (unsigned)a->g.b }, 384,
-                             (unsigned)arm->attn_bwd_smem[i][0], 0 };
+                             (unsigned)arm->attn_bwd_smem[i][0], 0, 0 };
     gpu_launch_dims(r->d, dkdv[i][t], &l, kp);
     attn_bwd_args(r, &x, 128, (unsigned)arm->attn_bwd_dq_bn);
     void *qp[] = { &x.tq, &x.tdo, &x.tk, &x.tv, &x.L, &a->dsum, &x.dQ, &a->dcu_q, &a->dcu_k, &x.hq, &x.hkv, &x.d,
                    &x.scale, &x.causal };
     l = (struct launch_dims){ { (unsigned)((a->max_sq + 127) / 128), (unsigned)x.hq, (unsigned)a->g.b }, 384,
-                              (unsigned)arm->attn_bwd_smem[i][1], 0 };
+                              (unsigned)arm->attn_bwd_smem[i][1], 0, 0 };
     gpu_launch_dims(r->d, dq[i][t], &l, qp);
 }
 

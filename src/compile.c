@@ -373,6 +373,8 @@ struct arm {
     int attn_bwd_fused_bm[3];     /* kg_attn_bwd_fused_sm90_bm_d{64,128,128nc}: its query rows a step (Q/dO boxes,
                                      slab rows) */
     int attn_bwd_fused_atomic;    /* kg_attn_bwd_fused_sm90_atomic: 1 = its dQ sums need zeroed slabs, not locks */
+    int attn_bwd_post_early;      /* kg_attn_bwd_fused_sm90_post_early: 1 = its post kernel may start while the
+                                     fused pass runs (programmatic dependent launch) */
     struct graph_slot graphs[GRAPH_SLOTS]; /* --graph: the current case's launches, captured (run_exec) */
 };
 
@@ -436,6 +438,7 @@ static void arm_read_attn_bwd(struct device *d, struct arm *a)
                 "rows a step (want 64; 128 at head dim 64, 80 at 128 without a mask)", a->src_name, rows[i], m);
     }
     a->attn_bwd_fused_atomic = module_int(d, "kg_attn_bwd_fused_sm90", "_atomic", 0) != 0;
+    a->attn_bwd_post_early = module_int(d, "kg_attn_bwd_fused_sm90", "_post_early", 0) != 0;
     a->attn_bwd_bm = module_int(d, "kg_attn_bwd_sm90", "_bm", 0);
     a->attn_bwd_dq_bn = module_int(d, "kg_attn_bwd_dq_sm90", "_bn", 0);
     int has = a->attn_bwd_smem[0][0] || a->attn_bwd_smem[1][0];

@@ -54,6 +54,7 @@ typedef int kg_res;
       (void *, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, void *, \
        void **, void **),                                                                   \
       "cuLaunchKernel", "hipModuleLaunchKernel")                                            \
+    X(0, launch_ex, kg_res, (const void *, void *, void **, void **), "cuLaunchKernelEx", "") \
     X(0, ctx_retain, kg_res, (void **, int), "cuDevicePrimaryCtxRetain", "")               \
     X(0, ctx_set, kg_res, (void *), "cuCtxSetCurrent", "")                                 \
     X(0, set_device, kg_res, (int), "", "hipSetDevice")                                    \
@@ -605,9 +606,14 @@ static int kernel_blocks_per_sm(const struct device *d, const struct kfn *k, uns
     return n > 0 ? n : 0;
 }
 
-/* One launch: its grid, block, dynamic shared memory, and the tiles a
- * persistent grid strides over (0: each block is one tile). */
-struct launch_dims { unsigned grid[3], threads, smem; uint64_t tiles; };
+/* One launch: its grid, block, dynamic shared memory, the tiles a
+ * persistent grid strides over (0: each block is one tile), and whether it
+ * may start before the kernel launched ahead of it has finished (1:
+ * programmatic dependent launch, CUDA on sm_90 and later; the kernel then
+ * orders its own reads after that kernel's writes, and its last block
+ * waits for that kernel, griddepcontrol.wait, so that what follows it in
+ * the stream follows both). */
+struct launch_dims { unsigned grid[3], threads, smem; uint64_t tiles; int early; };
 
 /* Note in d->geom, when set, launch l of kernel k, with its blocks per SM/CU. */
 static void geom_note(struct device *d, const struct kfn *k, const struct launch_dims *l)
@@ -632,6 +638,28 @@ static void kernel_allow_smem(struct device *d, struct kfn *k, unsigned smem)
     k->smem_max = smem;
 }
 
+/* cuLaunchKernelEx's configuration and attribute (cuda.h's CUlaunchConfig
+ * and CUlaunchAttribute, whose value is a 64-byte union). */
+struct cu_launch_attr { int id; char pad[4]; union { int allowed; char bytes[64]; } value; };
+struct cu_launch_config {
+    unsigned grid[3], block[3], smem;
+    void *stream;
+    struct cu_launch_attr *attrs;
+    unsigned nattrs;
+};
+
+/* Launch kernel k with the dimensions l through cuLaunchKernelEx, allowed
+ * to start while the kernel ahead of it in the stream still runs
+ * (CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION, 6); the driver's
+ * result. */
+static kg_res launch_early(struct device *d, const struct kfn *k, const struct launch_dims *l, void **params)
+{
+    struct cu_launch_attr early = { .id = 6, .value.allowed = 1 };
+    struct cu_launch_config c = { { l->grid[0], l->grid[1], l->grid[2] }, { l->threads, 1, 1 }, l->smem, d->stream,
+                                  &early, 1 };
+    return d->rt.launch_ex(&c, k->fn, params, NULL);
+}
+
 /* Launch kernel `name` (a static string) with the dimensions l; an empty grid
  * launches nothing.  Notes in d->launched_atomics whether the kernel declares
  * atomics, and in d->geom (when set) the geometry of what it launched. */
@@ -642,8 +670,9 @@ static void gpu_launch_dims(struct device *d, const char *name, const struct lau
     if (!l->grid[0] || !l->grid[1] || !l->grid[2]) return;
     kernel_allow_smem(d, k, l->smem);
     watch_launch();
-    kg_res r = d->rt.launch(k->fn, l->grid[0], l->grid[1], l->grid[2], l->threads, 1, 1, l->smem, d->stream,
-                            params, NULL);
+    kg_res r = l->early && d->rt.launch_ex ? launch_early(d, k, l, params)
+                                           : d->rt.launch(k->fn, l->grid[0], l->grid[1], l->grid[2], l->threads, 1,
+                                                          1, l->smem, d->stream, params, NULL);
     if (r != 0) die(EXIT_DEVICE, "launching %s failed: %s (%d)", name, gpu_err_name(d, r), r);
     geom_note(d, k, l);
 }
@@ -653,7 +682,7 @@ static void gpu_launch_dims(struct device *d, const char *name, const struct lau
 static void gpu_launch(struct device *d, const char *name, unsigned gx, unsigned gy, unsigned gz,
                        unsigned threads, void **params)
 {
-    struct launch_dims l = { { gx, gy, gz }, threads, 0, 0 };
+    struct launch_dims l = { { gx, gy, gz }, threads, 0, 0, 0 };
     gpu_launch_dims(d, name, &l, params);
 }
 

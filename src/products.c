@@ -326,7 +326,7 @@ static void sm90_args(struct run *r, struct prod_launch *L, size_t es, enum dtyp
     s->K = (int)L->k;
     size_t clusters = sm90_clusters(r->d, a);
     unsigned blocks = (unsigned)((units < clusters ? units : clusters) * cl);
-    s->l = (struct launch_dims){ { blocks, 1, 1 }, 384, (unsigned)t.smem, tiles };
+    s->l = (struct launch_dims){ { blocks, 1, 1 }, 384, (unsigned)t.smem, tiles, 0 };
 }
 
 /* A product L whose output (row and column strides *srow, *scol) is
