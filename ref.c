@@ -438,6 +438,7 @@ struct mm_job {
 typedef double kg_v2d __attribute__((vector_size(16)));
 typedef double kg_v4d __attribute__((vector_size(32)));
 typedef float kg_v4f __attribute__((vector_size(16)));
+typedef float kg_v8f __attribute__((vector_size(32)));
 
 /* acc[r][c] += sum over k in [k0, k1) of x[r][k] * y[k][c], in double. */
 static void mm_micro_f64(const float *const x[MM_MR], const float *yq, size_t k0, size_t k1,
@@ -888,6 +889,9 @@ struct attn_geom {
  * same-precision computation gives them (lp). */
 struct attn_in {
     const float *q, *k, *v, *dout;
+    float *kt;                     /* NULL, or K transposed for the statistics: element c of KV head hk's key
+                                      token j at kt[(hk·d + c)·kt_ld + j], KT_KEYS floats of zeros after */
+    size_t kt_ld;
     double *lse_ref, *dsum_ref;    /* [Tq][hq] */
     float *lse_lp, *dsum_lp;
     double *p2, *ds2;              /* [Tq][hq]: sum over keys of P^2 and of dS^2, exactly (the identities' noise) */
@@ -972,25 +976,58 @@ REF_INLINE void dot_f64_batch(const float *const *a, const float *const *c, size
     }
 }
 
-/* y[c] += a·x[c] in double and z[c] += b·x[c] in fp32, c < n: each element
- * as alone (its product, then its add), four elements at a time. */
-REF_INLINE void axpy_pair(double *y, float *z, double a, float b, const float *x, size_t n)
+/* out[b] = sum x[i]*c[b][i] in double, b < nb <= DOT_BATCH, one row x
+ * (already in double: exact) against nb rows: dot_f64_batch's sums, the
+ * same bits, with x converted once and all DOT_BATCH sums in flight. */
+REF_INLINE void dot_f64_row(const double *x, const float *const *c, size_t nb, size_t n, double *out)
+{
+    const float *y[DOT_BATCH];
+    kg_v4d s[DOT_BATCH];
+    for (size_t b = 0; b < DOT_BATCH; b++) y[b] = c[b < nb ? b : 0], s[b] = (kg_v4d){ 0, 0, 0, 0 };
+    size_t i = 0;
+    for (; i + 4 <= n; i += 4) {
+        kg_v4d xv;
+        memcpy(&xv, x + i, sizeof xv);
+        for (size_t b = 0; b < DOT_BATCH; b++) {
+            kg_v4d yv = { y[b][i], y[b][i + 1], y[b][i + 2], y[b][i + 3] };
+            kg_v4d pv = xv * yv;
+            s[b] += pv;
+        }
+    }
+    for (size_t b = 0; b < nb; b++) {
+        double r = s[b][0] + s[b][1] + s[b][2] + s[b][3];
+        for (size_t j = i; j < n; j++) r += x[j] * y[b][j];
+        out[b] = r;
+    }
+}
+
+/* y[c] += a[k]·x[k][c] in double and z[c] += b[k]·x[k][c] in fp32, c < n,
+ * for the nb <= DOT_BATCH rows x[k] in k order: each element as alone (its
+ * product, then its add; row after row), four elements at a time, in one
+ * pass over y and z. */
+REF_INLINE void axpy_pairs(double *y, float *z, const double *a, const float *b, const float *const *x, size_t nb,
+                           size_t n)
 {
     size_t c = 0;
     for (; c + 4 <= n; c += 4) {
-        kg_v4f xf, zv;
+        kg_v4f zv;
         kg_v4d yv;
-        memcpy(&xf, x + c, sizeof xf), memcpy(&zv, z + c, sizeof zv), memcpy(&yv, y + c, sizeof yv);
-        kg_v4d xd = { xf[0], xf[1], xf[2], xf[3] }, pd = xd * a;
-        kg_v4f pf = xf * b;
-        yv += pd, zv += pf;
+        memcpy(&zv, z + c, sizeof zv), memcpy(&yv, y + c, sizeof yv);
+        for (size_t k = 0; k < nb; k++) {
+            kg_v4f xf;
+            memcpy(&xf, x[k] + c, sizeof xf);
+            kg_v4d xd = { xf[0], xf[1], xf[2], xf[3] }, pd = xd * a[k];
+            kg_v4f pf = xf * b[k];
+            yv += pd, zv += pf;
+        }
         memcpy(y + c, &yv, sizeof yv), memcpy(z + c, &zv, sizeof zv);
     }
-    for (; c < n; c++) {
-        double pd = a * x[c];
-        float pf = b * x[c];
-        y[c] += pd, z[c] += pf;
-    }
+    for (; c < n; c++)
+        for (size_t k = 0; k < nb; k++) {
+            double pd = a[k] * x[k][c];
+            float pf = b[k] * x[k][c];
+            y[c] += pd, z[c] += pf;
+        }
 }
 
 /* out[b] = sum a[b][i]*c[b][i] in fp32, i in order, each product and sum
@@ -1004,6 +1041,27 @@ REF_INLINE void dot_f32_seq_batch(const float *const *a, const float *const *c, 
     for (size_t i = 0; i < n; i++)
         for (size_t b = 0; b < DOT_BATCH; b++) s[b] += x[b][i] * y[b][i];
     for (size_t b = 0; b < nb; b++) out[b] = s[b];
+}
+
+/* dot_f32_seq_batch of one row x against keys 0 .. nb - 1 whose element i
+ * lies at kt[i·ld + j] (K transposed), into out[j]: KT_KEYS sums at a
+ * time as KT_KEYS / 8 vectors, each lane's product and sum rounded in i
+ * order as there (the same bits).  Reads up to KT_KEYS - 1 floats past key
+ * nb - 1 (dropped). */
+#define KT_KEYS 32
+REF_INLINE void dot_f32_seq_kt(const float *x, const float *kt, size_t ld, size_t nb, size_t n, float *out)
+{
+    for (size_t j0 = 0; j0 < nb; j0 += KT_KEYS) {
+        kg_v8f s[KT_KEYS / 8] = { { 0 } };
+        for (size_t i = 0; i < n; i++)
+            for (size_t v = 0; v < KT_KEYS / 8; v++) {
+                kg_v8f kv;
+                memcpy(&kv, kt + i * ld + j0 + 8 * v, sizeof kv);
+                kg_v8f pv = kv * x[i];
+                s[v] += pv;
+            }
+        for (size_t j = j0; j < nb && j < j0 + KT_KEYS; j++) out[j] = s[(j - j0) / 8][(j - j0) % 8];
+    }
 }
 
 /* --- references: one (token, head) unit at a time --- */
@@ -1024,16 +1082,22 @@ REF_INLINE void attn_ref_fwd(const struct attn_geom *g, const struct attn_in *in
     for (size_t c = 0; c < d; c++) o[c] = 0, o_lp[c] = 0;
     *lse = -INFINITY, *lse_lp = -INFINITY;
     if (nk == 0) return;
+    double q64[KG_ATTN_DMAX], do64[KG_ATTN_DMAX];   /* q and dO in double (exact), converted once */
+    for (size_t c = 0; c < d; c++) q64[c] = q[c];
     double *s = xmalloc(nk * sizeof(double)), m = -INFINITY, l = 0;
     float *s32 = xmalloc(nk * sizeof(float)), m32 = -INFINITY, l32 = 0;
+    if (in->kt) dot_f32_seq_kt(q, in->kt + hk * d * in->kt_ld + k0, in->kt_ld, nk, d, s32);   /* the lp dots */
     for (size_t j0 = 0; j0 < nk; j0 += DOT_BATCH) {
         size_t nb = nk - j0 < DOT_BATCH ? nk - j0 : DOT_BATCH;
         const float *qs[DOT_BATCH], *ks[DOT_BATCH];
         double d64[DOT_BATCH];
         float d32[DOT_BATCH];
         for (size_t b = 0; b < nb; b++) qs[b] = q, ks[b] = attn_row(in->k, k0 + j0 + b, g->hkv, hk, d);
-        dot_f64_batch(qs, ks, nb, d, d64);
-        dot_f32_seq_batch(qs, ks, nb, d, d32);
+        dot_f64_row(q64, ks, nb, d, d64);
+        if (in->kt)
+            for (size_t b = 0; b < nb; b++) d32[b] = s32[j0 + b];
+        else
+            dot_f32_seq_batch(qs, ks, nb, d, d32);
         for (size_t b = 0, j = j0; b < nb; b++, j++) {
             s[j] = g->scale * d64[b];
             s32[j] = dt_round(dt, d32[b] * (float)g->scale);
@@ -1047,12 +1111,15 @@ REF_INLINE void attn_ref_fwd(const struct attn_geom *g, const struct attn_in *in
     }
     float *acc = xcalloc(d, sizeof(float));
     const float *dout = dp ? attn_row(in->dout, t, g->hq, h, d) : NULL;
+    for (size_t c = 0; c < d && dp; c++) do64[c] = dout[c];
     for (size_t j0 = 0; j0 < nk; j0 += DOT_BATCH) {
         size_t nb = nk - j0 < DOT_BATCH ? nk - j0 : DOT_BATCH;
-        const float *os[DOT_BATCH], *vs[DOT_BATCH];
-        for (size_t x = 0; x < nb; x++) os[x] = dout, vs[x] = attn_row(in->v, k0 + j0 + x, g->hkv, hk, d);
-        if (dp) dot_f64_batch(os, vs, nb, d, dp + j0);   /* while these rows of V are in the caches */
-        for (size_t x = 0, j = j0; x < nb; x++, j++) axpy_pair(o, acc, s[j], dt_round(dt, s32[j] / l32), vs[x], d);
+        const float *vs[DOT_BATCH];
+        float pl[DOT_BATCH];
+        for (size_t x = 0; x < nb; x++) vs[x] = attn_row(in->v, k0 + j0 + x, g->hkv, hk, d);
+        if (dp) dot_f64_row(do64, vs, nb, d, dp + j0);   /* while these rows of V are in the caches */
+        for (size_t x = 0, j = j0; x < nb; x++, j++) pl[x] = dt_round(dt, s32[j] / l32);
+        axpy_pairs(o, acc, s + j0, pl, vs, nb, d);
     }
     for (size_t c = 0; c < d; c++) o[c] /= l, o_lp[c] = dt_round(dt, acc[c]);
     for (size_t j = 0; j < nk && p; j++) p[j] = s[j] / l;
@@ -1138,9 +1205,11 @@ REF_INLINE void attn_ref_dq(const struct attn_geom *g, const struct attn_in *in,
         float pl[DOT_BATCH][2];
         for (size_t x = 0; x < nb; x++) ts[x] = t, hs[x] = h, kts[x] = k0 + j0 + x;
         attn_ref_pds(g, in, dt, ts, hs, kts, hk, nb, pd, pl);
-        for (size_t x = 0; x < nb; x++) {
-            axpy_pair(dq, acc, pd[x][1], pl[x][1], attn_row(in->k, kts[x], g->hkv, hk, d), d);
-        }
+        double a[DOT_BATCH];
+        float al[DOT_BATCH];
+        const float *ks[DOT_BATCH];
+        for (size_t x = 0; x < nb; x++) a[x] = pd[x][1], al[x] = pl[x][1], ks[x] = attn_row(in->k, kts[x], g->hkv, hk, d);
+        axpy_pairs(dq, acc, a, al, ks, nb, d);
     }
     for (size_t c = 0; c < d; c++)
         dq[c] *= g->scale, dq_lp[c] = dt_round(dt, acc[c] * (float)g->scale);
@@ -1158,11 +1227,15 @@ REF_INLINE void attn_ref_dkdv_add(const struct attn_geom *g, const struct attn_i
     float pl[DOT_BATCH][2];
     for (size_t x = 0; x < nb; x++) kts[x] = kt;
     attn_ref_pds(g, in, dt, t, h, kts, hk, nb, pd, pl);
-    for (size_t x = 0; x < nb; x++) {
-        const float *q = attn_row(in->q, t[x], g->hq, h[x], g->d), *dout = attn_row(in->dout, t[x], g->hq, h[x], g->d);
-        axpy_pair(dv, av, pd[x][0], pl[x][0], dout, g->d);
-        axpy_pair(dk, ak, pd[x][1], pl[x][1], q, g->d);
-    }
+    double a[2][DOT_BATCH];
+    float al[2][DOT_BATCH];
+    const float *rows[2][DOT_BATCH];   /* dO's rows for dV, Q's for dK */
+    for (size_t x = 0; x < nb; x++)
+        for (int w = 0; w < 2; w++)
+            a[w][x] = pd[x][w], al[w][x] = pl[x][w],
+            rows[w][x] = attn_row(w ? in->q : in->dout, t[x], g->hq, h[x], g->d);
+    axpy_pairs(dv, av, a[0], al[0], rows[0], nb, g->d);
+    axpy_pairs(dk, ak, a[1], al[1], rows[1], nb, g->d);
 }
 
 /* dK and dV of key token kt, KV head hk: sums over every query head of the
