@@ -889,7 +889,7 @@ struct attn_geom {
  * same-precision computation gives them (lp). */
 struct attn_in {
     const float *q, *k, *v, *dout;
-    float *kt;                     /* NULL, or K transposed for the statistics: element c of KV head hk's key
+    float *kt;                     /* K transposed, for the lp score dots: element c of KV head hk's key
                                       token j at kt[(hk·d + c)·kt_ld + j], KT_KEYS floats of zeros after */
     size_t kt_ld;
     double *lse_ref, *dsum_ref;    /* [Tq][hq] */
@@ -1086,21 +1086,16 @@ REF_INLINE void attn_ref_fwd(const struct attn_geom *g, const struct attn_in *in
     for (size_t c = 0; c < d; c++) q64[c] = q[c];
     double *s = xmalloc(nk * sizeof(double)), m = -INFINITY, l = 0;
     float *s32 = xmalloc(nk * sizeof(float)), m32 = -INFINITY, l32 = 0;
-    if (in->kt) dot_f32_seq_kt(q, in->kt + hk * d * in->kt_ld + k0, in->kt_ld, nk, d, s32);   /* the lp dots */
+    dot_f32_seq_kt(q, in->kt + hk * d * in->kt_ld + k0, in->kt_ld, nk, d, s32);   /* the lp dots */
     for (size_t j0 = 0; j0 < nk; j0 += DOT_BATCH) {
         size_t nb = nk - j0 < DOT_BATCH ? nk - j0 : DOT_BATCH;
-        const float *qs[DOT_BATCH], *ks[DOT_BATCH];
+        const float *ks[DOT_BATCH];
         double d64[DOT_BATCH];
-        float d32[DOT_BATCH];
-        for (size_t b = 0; b < nb; b++) qs[b] = q, ks[b] = attn_row(in->k, k0 + j0 + b, g->hkv, hk, d);
+        for (size_t b = 0; b < nb; b++) ks[b] = attn_row(in->k, k0 + j0 + b, g->hkv, hk, d);
         dot_f64_row(q64, ks, nb, d, d64);
-        if (in->kt)
-            for (size_t b = 0; b < nb; b++) d32[b] = s32[j0 + b];
-        else
-            dot_f32_seq_batch(qs, ks, nb, d, d32);
         for (size_t b = 0, j = j0; b < nb; b++, j++) {
             s[j] = g->scale * d64[b];
-            s32[j] = dt_round(dt, d32[b] * (float)g->scale);
+            s32[j] = dt_round(dt, s32[j] * (float)g->scale);
             m = s[j] > m ? s[j] : m;
             m32 = s32[j] > m32 ? s32[j] : m32;
         }

@@ -133,6 +133,22 @@ static size_t attn_lock_bytes(const struct attn_case *a)
     return (a->g.hq * (size_t)a->nslab + 1) * sizeof(int);
 }
 
+/* K transposed for the references' lp score dots (struct attn_in's kt and
+ * kt_ld), owned by run r: element c of KV head hk's key token j at
+ * [(hk·d + c)·ld + j], ld = Tk rounded up to 8, plus 8 (rows a power of two
+ * apart would share the caches' sets), then KT_KEYS zeros, which a
+ * sequence's last keys' sums read and drop. */
+static float *attn_k_transposed(struct run *r, const struct attn_case *a, size_t *ld)
+{
+    size_t tk = a->tk, d = a->g.d, hkv = a->g.hkv;
+    *ld = (tk + 7) / 8 * 8 + 8;
+    float *kt = run_owned(r, (hkv * d * *ld + KT_KEYS) * sizeof(float));
+    for (size_t j = 0; j < tk; j++)
+        for (size_t hk = 0; hk < hkv; hk++)
+            for (size_t c = 0; c < d; c++) kt[(hk * d + c) * *ld + j] = a->in.k[(j * hkv + hk) * d + c];
+    return kt;
+}
+
 #define ATTN_Q_GAIN 8.0f   /* Q's scale: scores with a spread of ~2.7, a peaked softmax */
 #define ATTN_DO_GAIN 16.0f  /* dO's scale: gradients well above the bf16/f16 atol */
 #define ATTN_Q_GAIN_SCALED 32.0f   /* scaled inputs: Q's scale; logits up to |s| ~ 30 (uniform: ~14) */
@@ -188,6 +204,7 @@ static void attn_prepare(struct run *r)
     a->in.q = attn_input(r, 1, a->tq, hq, c->inputs == IN_SCALED ? ATTN_Q_GAIN_SCALED : ATTN_Q_GAIN);
     a->in.k = attn_input(r, 2, a->tk, hkv, 1);
     a->in.v = attn_input(r, 3, a->tk, hkv, 1);
+    a->in.kt = attn_k_transposed(r, a, &a->in.kt_ld);
     run_keep(r, "Q", a->in.q, 'f', 3, a->tq, hq, d);
     run_keep(r, "K", a->in.k, 'f', 3, a->tk, hkv, d);
     run_keep(r, "V", a->in.v, 'f', 3, a->tk, hkv, d);
@@ -594,22 +611,6 @@ REF_INLINE void attn_stats_do(void *ctx, size_t u)
 static void attn_stats_item(void *ctx, size_t u) { attn_stats_do(ctx, u); }
 REF_FAST static void attn_stats_item_fast(void *ctx, size_t u) { attn_stats_do(ctx, u); }
 
-/* K transposed for the statistics' lp score dots (struct attn_in's kt and
- * kt_ld): element c of KV head hk's key token j at [(hk·d + c)·ld + j], ld
- * = Tk rounded up to 8, plus 8 (rows a power of two apart would share the
- * caches' sets), then KT_KEYS zeros, which a sequence's last keys' sums
- * read and drop. */
-static float *attn_k_transposed(const struct attn_case *a, size_t *ld)
-{
-    size_t tk = a->tk, d = a->g.d, hkv = a->g.hkv;
-    *ld = (tk + 7) / 8 * 8 + 8;
-    float *kt = xcalloc(hkv * d * *ld + KT_KEYS, sizeof(float));
-    for (size_t j = 0; j < tk; j++)
-        for (size_t hk = 0; hk < hkv; hk++)
-            for (size_t c = 0; c < d; c++) kt[(hk * d + c) * *ld + j] = a->in.k[(j * hkv + hk) * d + c];
-    return kt;
-}
-
 static void attn_stats(struct run *r)
 {
     struct attn_case *a = r->attn;
@@ -618,9 +619,7 @@ static void attn_stats(struct run *r)
     a->in.lse_ref = run_owned(r, n * sizeof(double)), a->in.dsum_ref = run_owned(r, n * sizeof(double));
     a->in.lse_lp = run_owned(r, n * sizeof(float)), a->in.dsum_lp = run_owned(r, n * sizeof(float));
     a->in.p2 = run_owned(r, n * sizeof(double)), a->in.ds2 = run_owned(r, n * sizeof(double));
-    a->in.kt = attn_k_transposed(a, &a->in.kt_ld);
     par_for(n, ref_fast() ? attn_stats_item_fast : attn_stats_item, r);
-    free(a->in.kt), a->in.kt = NULL;
     a->stats_ready = 1;
 }
 
