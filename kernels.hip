@@ -2534,6 +2534,15 @@ __device__ static inline __attribute__((unused)) void kg_attn_pre_put(const kg_u
     }
 }
 
+// s plus the products of one 32-bit word of O's row and dO's (a pair of
+// columns, the low one first), each fused into the sum in turn.
+template <class D>
+__device__ static inline float kg_attn_pre_pair(unsigned wo, unsigned wd, float s)
+{
+    s = kg_fma(D::ld((kg_u16)(wo & 0xffffu)), D::ld((kg_u16)(wd & 0xffffu)), s);
+    return kg_fma(D::ld((kg_u16)(wo >> 16)), D::ld((kg_u16)(wd >> 16)), s);
+}
+
 // One block's rows [e0, e0 + ATTN_THREADS) of the staged Dsum: each chunk of
 // columns is put into shared memory, the next chunk's loads are issued, and
 // while they fly each thread adds its row's pairs in column order.
@@ -2550,11 +2559,8 @@ __device__ static inline float kg_attn_pre_rows(const kg_u16 *O, const kg_u16 *d
         kg_sync();
         if (c0 + ATTN_PRE_CHUNK < Dh) kg_attn_pre_fetch(O, dO, e0, n, Dh, c0 + ATTN_PRE_CHUNK, vo, vd);
         const int m = Dh - c0 < ATTN_PRE_CHUNK ? Dh - c0 : ATTN_PRE_CHUNK;   // even: Dh % 8 == 0
-        for (int k = 0; k < m / 2; k++) {
-            unsigned wo = st[0][tid * ATTN_PRE_W + k], wd = st[1][tid * ATTN_PRE_W + k];
-            s = kg_fma(D::ld((kg_u16)(wo & 0xffffu)), D::ld((kg_u16)(wd & 0xffffu)), s);   // column c0 + 2k
-            s = kg_fma(D::ld((kg_u16)(wo >> 16)), D::ld((kg_u16)(wd >> 16)), s);          // and c0 + 2k + 1
-        }
+        for (int k = 0; k < m / 2; k++)   // columns c0 + 2k and c0 + 2k + 1
+            s = kg_attn_pre_pair<D>(st[0][tid * ATTN_PRE_W + k], st[1][tid * ATTN_PRE_W + k], s);
         kg_sync();   // st is rewritten by the next chunk
     }
     return s;
@@ -2594,10 +2600,7 @@ __device__ static inline __attribute__((unused)) void kg_attn_pre_warps(const kg
             const unsigned wo[4] = { vo[u].x, vo[u].y, vo[u].z, vo[u].w }, wd[4] = { vd[u].x, vd[u].y, vd[u].z, vd[u].w };
             float s = 0.0f;
 #pragma unroll
-            for (int k = 0; k < 4; k++) {
-                s = kg_fma(D::ld((kg_u16)(wo[k] & 0xffffu)), D::ld((kg_u16)(wd[k] & 0xffffu)), s);
-                s = kg_fma(D::ld((kg_u16)(wo[k] >> 16)), D::ld((kg_u16)(wd[k] >> 16)), s);
-            }
+            for (int k = 0; k < 4; k++) s = kg_attn_pre_pair<D>(wo[k], wd[k], s);
 #pragma unroll
             for (int off = L / 2; off > 0; off /= 2) s += __shfl_xor_sync(0xffffffffu, s, off);
             const kg_i64 e = r0 + u * R + lane / L;
