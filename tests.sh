@@ -2108,6 +2108,35 @@ has "$tmp/out" "^compare: r2 / reference .* over 2 rounds.*: parity \(faster/slo
 expect 0 "noise: the A/A band" $K noise gemm --device cpu --shape 32x32x32 --rounds 3 --ledger "$tmp/n.ledger" --json
 has "$tmp/out" '^\{"case":"gemm bf16 NT 32x32x32","rounds":3,"aa_ratio":[0-9.]+,"aa_lo":[0-9.]+,"aa_hi":[0-9.]+,"band":[0-9.]+' "noise --json: the A/A ratio, spread and band"
 has "$tmp/out" '"median_rse":[0-9.e-]+,"throttled":0,"sm_clock_mhz":null' "--json time: RSE of the median, throttled count, SM clock (none on the CPU)"
+echo "-- bench/vs_vendor.py's kgate runs: gated in the first round, the verdict reused from its ledger after"
+# torch stands in as an empty module: kgate_us, the part that runs kgate, needs none of it
+run python3 - "$K" "$tmp/vsv" <<'PY'
+import importlib.util, os, sys, types
+torch = types.ModuleType("torch")
+for t in ("bfloat16", "float16", "float32", "float8_e4m3fn"):
+    setattr(torch, t, None)
+sys.modules["torch"] = torch
+spec = importlib.util.spec_from_file_location("vs_vendor", "bench/vs_vendor.py")
+m = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(m)
+kg, led, args = sys.argv[1], os.path.join(sys.argv[2], "kgate.ledger"), "attn --heads 2 --dim 32 --seq 64 --bwd --device cpu"
+os.makedirs(sys.argv[2])
+print("rounds:", " ".join(m.kgate_us(kg, args, 120, "dQ", rnd, led)[1]["verdict"] for rnd in range(3)))
+print("rounds, --repeat 2:", " ".join(m.kgate_us(kg, args + " --repeat 2", 120, "dQ", rnd, led)[1]["verdict"] for rnd in range(2)))
+def refused(a, rnd):
+    m.RUNS.clear()
+    try:
+        m.kgate_us(kg, a, 120, "dQ", rnd, led)
+        return "accepted"
+    except RuntimeError as e:
+        return "refused (%s)" % str(e)[-60:]
+print("round 0 on a verdict already in the ledger:", refused(args, 0))
+print("a planted fault in round 1:", refused(args + " --inject tile", 1))
+PY
+has "$tmp/out" "^rounds: pass cached cached$" "vs_vendor: round 1 runs the gates, rounds 2 and 3 reuse the verdict from the run's ledger"
+has "$tmp/out" "^rounds, --repeat 2: pass cached$" "vs_vendor: a --repeat run is gated on its own (its conditions differ), then reused"
+has "$tmp/out" "^round 0 on a verdict already in the ledger: refused .*verdict cached" "vs_vendor: the first round must run the gates itself"
+has "$tmp/out" "^a planted fault in round 1: refused" "vs_vendor: a failed gate in a later round is refused (a fault always runs the gates)"
 
 echo "== reliability: a case that faults or hangs is one failed case; the table; help"
 # The CPU candidate made to fault (SIGSEGV), fail as a device does (exit 5 with its error) or spin

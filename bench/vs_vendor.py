@@ -10,7 +10,12 @@ kept graph) timed here with CUDA events, L2 flushed before every sample; then
 timer, its L2 flush; a --bwd case: its dQ launch alone, which computes dQ,
 dK and dV; a gemm or grouped --bwd case: the row's output, dA or dB, each
 round's kgate run shared by the case's rows) and counts only when every gate
-of the case passed.  The fp8 rows run kgate on --inputs normal: dense, as the
+of the case passed: in the first round, where the gates run (the CPU
+references included, minutes on a big attention --bwd case); in the later
+rounds kgate reads that verdict from the run's own ledger (its "cached"
+verdict: the same kgate binary, code object, case, seed, device and
+conditions), so it times without computing the references again, unless
+--gate-every-round.  The fp8 rows run kgate on --inputs normal: dense, as the
 vendor's torch.randn cast to e4m3 is (its default scaled inputs hold many
 small codes, which draw less power).
 Prints both in TFLOP/s and the ratio kgate / vendor (time of the vendor over
@@ -20,6 +25,7 @@ all timed in the same rounds as kgate.  A backend that refuses a case (it
 raises) gets a row saying so and does not fail the run.
 
     python3 bench/vs_vendor.py [--kgate ./kgate] [--rounds 3] [--only SUBSTR[$] ...] [--json FILE] [--timeout S]
+                               [--repeat N] [--gate-every-round]
 
 Each case's seconds and the SM clock of each round go to stderr: kgate's,
 from its timer's clock probe after each sample, and the vendor's, from the
@@ -35,8 +41,10 @@ a gate or kgate failed, 2 on bad usage.
 import argparse
 import json
 import statistics
+import os
 import subprocess
 import sys
+import tempfile
 import time
 
 import torch
@@ -377,15 +385,18 @@ def sm_clock_now():
 RUNS = {}   # (kgate arguments, round) -> kgate's JSON of that run
 
 
-def kgate_us(kgate, args, timeout, part=None, rnd=0):
+def kgate_us(kgate, args, timeout, part=None, rnd=0, ledger=None):
     """kgate's median time of the case in microseconds (of its output named
     `part` alone when given, else of all its timed outputs), or raise with
     the reason: a gate failed, kgate exited non-zero or ran past `timeout` s.
     Round `rnd`'s run of a case is made once: the rows of its other outputs
-    (a --bwd case's dA and dB) read their times from the same run."""
+    (a --bwd case's dA and dB) read their times from the same run.  With a
+    `ledger` (a file this script's run alone writes), kgate keeps its
+    verdicts there: round 0 must run the gates (verdict "pass"); a later
+    round may reuse that verdict (verdict "cached")."""
     if (args, rnd) in RUNS:
         return kgate_part_us(RUNS[(args, rnd)], args, part), RUNS[(args, rnd)]
-    cmd = [kgate] + args.split() + ["--json"]
+    cmd = [kgate] + args.split() + ["--json"] + (["--ledger", ledger] if ledger else [])
     try:
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -394,7 +405,7 @@ def kgate_us(kgate, args, timeout, part=None, rnd=0):
     if p.returncode != 0 or not objs:
         raise RuntimeError("%s: exit %d: %s" % (" ".join(cmd), p.returncode, p.stderr.strip()[-400:]))
     case = objs[0]
-    if case["verdict"] != "pass":
+    if case["verdict"] != "pass" and not (case["verdict"] == "cached" and rnd > 0 and ledger):
         raise RuntimeError("%s: verdict %s" % (args, case["verdict"]))
     RUNS[(args, rnd)] = case
     return kgate_part_us(case, args, part), case
@@ -444,12 +455,16 @@ def main():
                     help="run the cases whose name contains this (ending in $: ends with it); repeatable: any of them")
     ap.add_argument("--json", help="write the table as JSON to this file")
     ap.add_argument("--timeout", type=int, default=300, help="seconds one kgate run may take")
+    ap.add_argument("--repeat", type=int, default=1,
+                    help="kgate's runs with --repeat N: N runs bitwise equal where its gates run")
+    ap.add_argument("--gate-every-round", action="store_true",
+                    help="run kgate's gates (and its CPU references) in every round, not in the first alone")
     a = ap.parse_args()
     if not torch.cuda.is_available():
         print("vs_vendor: PyTorch sees no GPU", file=sys.stderr)
         return 2
-    if a.rounds < 1 or a.samples < 1:
-        print("vs_vendor: --rounds and --samples must be >= 1", file=sys.stderr)
+    if a.rounds < 1 or a.samples < 1 or a.repeat < 1:
+        print("vs_vendor: --rounds, --samples and --repeat must be >= 1", file=sys.stderr)
         return 2
     l2 = torch.cuda.get_device_properties(0).L2_cache_size
     flush = torch.empty(max(2 * l2, 64 << 20), dtype=torch.uint8, device="cuda")
@@ -457,9 +472,13 @@ def main():
           % (torch.cuda.get_device_name(0), torch.__version__, a.rounds))
     print("%-44s %12s %12s %24s" % ("case", "vendor TF/s", "kgate TF/s", "ratio (min-max)"))
     rows, status = [], 0
+    # kgate's verdicts of this run: the first round's gates, reused by the later rounds
+    ledger_dir = None if a.gate_every_round else tempfile.TemporaryDirectory(prefix="vs_vendor-")
+    ledger = os.path.join(ledger_dir.name, "kgate.ledger") if ledger_dir else None
     for name, args, flops, vendors, part in CASES:
         if not selected(name, a.only):
             continue
+        args += " --repeat %d" % a.repeat if a.repeat > 1 else ""
         t0 = time.monotonic()
         fns, refused = [], []
         for label, build in vendors:
@@ -471,16 +490,17 @@ def main():
                 refused.append((label, str(e).splitlines()[0] if str(e) else type(e).__name__))
         vs = {label: [] for label, _ in fns}
         vclocks = {label: [] for label, _ in fns}
-        ks, clocks = [], []
+        ks, clocks, verdicts = [], [], []
         try:
             for rnd in range(a.rounds):
                 for label, fn in fns:
                     us, mhz = vendor_us(fn, flush, a.samples)
                     vs[label].append(us)
                     vclocks[label].append(mhz if mhz is not None else sm_clock_now())
-                us, case = kgate_us(a.kgate, args, a.timeout, part, rnd)
+                us, case = kgate_us(a.kgate, args, a.timeout, part, rnd, ledger)
                 ks.append(us)
                 clocks.append(kgate_clock(case, part))
+                verdicts.append(case["verdict"])
         except (RuntimeError, torch.OutOfMemoryError) as e:
             print("%-44s FAIL %s" % (name, e))
             rows.append({"case": name, "kgate_args": args, "error": str(e)})
@@ -498,15 +518,16 @@ def main():
             ratios = [v / k for v, k in zip(times, ks)]
             v, k = statistics.median(times), statistics.median(ks)
             row = {"case": name, "vendor": label, "kgate_args": args, "vendor_us": times, "kgate_us": ks,
-                   "vendor_sm_clock_mhz": vclocks[label], "kgate_sm_clock_mhz": clocks, "ratios": ratios,
+                   "vendor_sm_clock_mhz": vclocks[label], "kgate_sm_clock_mhz": clocks,
+                   "kgate_verdicts": verdicts, "ratios": ratios,
                    "vendor_tflops": flops / v / 1e6, "kgate_tflops": flops / k / 1e6,
                    "ratio": statistics.median(ratios), "ratio_min": min(ratios), "ratio_max": max(ratios)}
             rows.append(row)
             print("%-44s %12.1f %12.1f %10.3f (%.3f-%.3f)" % (shown(label), row["vendor_tflops"], row["kgate_tflops"],
                                                                row["ratio"], row["ratio_min"], row["ratio_max"]))
         mhz = lambda cs: " ".join("%.0f" % c if c is not None else "-" for c in cs) or "-"
-        print("  (%s: %.0f s; SM clock per round, MHz: kgate %s; %s)" % (
-            name, time.monotonic() - t0, mhz(clocks),
+        print("  (%s: %.0f s; kgate's verdict per round: %s; SM clock per round, MHz: kgate %s; %s)" % (
+            name, time.monotonic() - t0, " ".join(verdicts), mhz(clocks),
             "; ".join("%s %s" % (label, mhz(cs)) for label, cs in vclocks.items()) or "no vendor"), file=sys.stderr)
         sys.stdout.flush()
         save_json(a.json, rows)   # after every case: a run stopped part-way keeps its rows
