@@ -3618,6 +3618,11 @@ KG_FA_SM90_ENTRY(256, bf16, 1)
 #ifndef FB_EPI_SMEM
 #define FB_EPI_SMEM 0                      // 1: dK and dV leave through shared memory in 16-byte stores
 #endif                                     // (kg_fb_store_staged), not in 4-byte stores from the fragments
+#ifndef FB_STRESS_NS
+#define FB_STRESS_NS 0                     // > 0, a diagnostic build (its times are not the kernel's): each dQ add
+#endif                                     // of the fused pass held back this many ns, and kgate fills the slabs
+                                           // with NaN before each launch, so a read of a slab before its adds
+                                           // have all landed (a post block's wait missing or short) shows
 #if FB_FUSED && FB_BM != 64
 #error "FB_FUSED needs FB_BM 64"
 #endif
@@ -3661,6 +3666,7 @@ extern "C" __device__ int kg_attn_bwd_fused_sm90_smem_d128 = FB_FUSED_SMEM(128);
 extern "C" __device__ int kg_attn_bwd_fused_sm90_smem_d128nc = FB_FUSED_SMEM_M(FB_NC_BM, 128);
 extern "C" __device__ int kg_attn_bwd_fused_sm90_atomic = FB_DQ_ATOMIC;   // 1: kgate zeroes the dQ slabs
 extern "C" __device__ int kg_attn_bwd_fused_sm90_post_early = FB_POST_EARLY; // 1: kgate launches the post kernel early
+extern "C" __device__ int kg_attn_bwd_fused_sm90_stress = FB_STRESS_NS > 0;  // 1: kgate fills the slabs with NaN first
 // The fused pass's query rows a step: its Q and dO boxes and its slabs' rows.
 extern "C" __device__ int kg_attn_bwd_fused_sm90_bm_d64 = FB_FBM(64);
 extern "C" __device__ int kg_attn_bwd_fused_sm90_bm_d128 = FB_FBM(128);
@@ -3930,6 +3936,15 @@ __device__ static __forceinline__ void kg_fb_lock_write(int *p, int v) {
     asm volatile("st.release.gpu.global.b32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
 }
 
+// FB_STRESS_NS > 0 (a diagnostic build): spin that many ns of wall time.
+__device__ static __forceinline__ void kg_fb_stress_stall() {
+#if FB_STRESS_NS > 0
+    unsigned long long t0, t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+    do asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)); while (t - t0 < (unsigned long long)FB_STRESS_NS);
+#endif
+}
+
 // The fused pass's dQ warp (lane 0; the other lanes leave): for each step,
 // once the consumers have put the step's dQ partial (M x D fp32) in
 // shared buffer t % NB from sdq (NB = FB_DQ_NBUF(M); its dqfull, at
@@ -3963,6 +3978,7 @@ __device__ static inline void kg_fb_dq_sum(float *acc, int *locks, unsigned sdq,
         float *dst = acc + (kg_i64)slab * M * D;
         if (rank > 0 && !FB_DQ_ATOMIC)
             while (kg_fb_lock_read(locks + slab) != rank) {}
+        kg_fb_stress_stall();   // FB_STRESS_NS: the add held back, the slab's sum so far left readable
         if (rank == 0 && !FB_DQ_ATOMIC)
             asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;"
                          ::"l"(dst), "r"(buf), "r"(M * D * 4) : "memory");

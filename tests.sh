@@ -1718,6 +1718,12 @@ if [ -x "$nvcc" ] && [ -x "$ptxas" ]; then
         && grep -q "kg_attn_bwd_fused_sm90_bm_d64 = 128;" "$tmp/k90.ptx" && grep -q "kg_attn_bwd_fused_sm90_bm_d128nc = 80;" "$tmp/k90.ptx" \
         && ok "the default build publishes the fused backward's shared memory at head dims 64 and 128 (both run it; 128 query rows a step at 64, 80 at 128 without a mask), and its dQ warp adds with a TMA bulk reduce" \
         || bad "default sm_90a build: no kg_attn_bwd_fused_sm90_smem_d64 or _d128, no bm_d64 of 128 or bm_d128nc of 80, or no bulk reduce in the PTX"
+    # fb_timer_entries PTX: the entries of PTX that read %globaltimer, one a line
+    fb_timer_entries() { awk '/\.entry /{e = $3; sub(/\(.*/, "", e)} /\.func /{e = ""} e != "" && /%globaltimer/{n[e]++} END{for (e in n) print e}' "$1" | sort; }
+    FUSED90=$(printf '%s\n' $FAST90 | grep "^kg_attn_bwd_fused_sm90_" | sort)
+    grep -q "kg_attn_bwd_fused_sm90_stress;" "$tmp/k90.ptx" && [ -z "$(fb_timer_entries "$tmp/k90.ptx" | grep "^kg_attn_bwd_fused")" ] \
+        && ok "the default build is no stress build: kg_attn_bwd_fused_sm90_stress 0, no fused entry reads the wall clock" \
+        || bad "default sm_90a build: kg_attn_bwd_fused_sm90_stress not 0, or a fused entry reads %globaltimer"
     # planted: the fused backward's producer at 32 registers and its consumers at 240 (a real hang of
     # 2026-12-03: 128 x 32 + 256 x 240 = 65536 registers, its launch holds 168 x 384 = 64512)
     awk '/\.entry /{e = /kg_attn_bwd_fused_sm90_d128_bf16\(/} e{sub(/setmaxnreg\.dec\.sync\.aligned\.u32 40;/, "setmaxnreg.dec.sync.aligned.u32 32;")
@@ -1733,6 +1739,11 @@ if [ -x "$nvcc" ] && [ -x "$ptxas" ]; then
     grep -qE "kg_qgemm_sm90_n192_smem = [1-9][0-9]*;" "$tmp/k90.ptx" \
         && ok "the default build publishes the 192-column fp8 entries' shared memory (kg_qgemm_sm90_n192_smem)" \
         || bad "default sm_90a build: kg_qgemm_sm90_n192_smem missing or 0"
+    probs=$(FAST="$FUSED90" sm90_ptx_check -DFB_STRESS_NS=20000)
+    [ -z "$probs" ] && grep -q "kg_attn_bwd_fused_sm90_stress = 1;" "$tmp/k90.ptx" \
+        && [ "$(fb_timer_entries "$tmp/k90.ptx" | grep "^kg_attn_bwd_fused")" = "$FUSED90" ] \
+        && ok "-D FB_STRESS_NS=20000 (a stress build: each dQ add held back, kgate fills the slabs with NaN) builds the same way, publishes kg_attn_bwd_fused_sm90_stress 1, and its $(echo $FUSED90 | wc -w) fused entries read the wall clock" \
+        || bad "sm_90a, FB_STRESS_NS=20000: ${probs:-no kg_attn_bwd_fused_sm90_stress = 1, or fused entries without the stall: $(fb_timer_entries "$tmp/k90.ptx" | tr '\n' ' ')}"
     probs=$(FAST=$(fast90_without $MX90 $N192) sm90_ptx_check -DWG_BN=192 -DFB_DQ_ATOMIC=1)
     [ -z "$probs" ] && grep -qE "kg_qgemm_sm90_n192_smem( = 0)?;" "$tmp/k90.ptx" && ! grep -q "\.entry kg_qgemm_sm90_n192_" "$tmp/k90.ptx" \
         && ok "-D WG_BN=192 (128x192 tiles: wgmma n192, the fp8 per-tensor partial one n192 wide, blockwise halves n96; no MX or n192 entries, n192_smem 0) with -D FB_DQ_ATOMIC=1 (the 80-row entry's adds without locks) builds the same way: wgmma, no spill, no warning" \

@@ -375,6 +375,8 @@ struct arm {
     int attn_bwd_fused_atomic;    /* kg_attn_bwd_fused_sm90_atomic: 1 = its dQ sums need zeroed slabs, not locks */
     int attn_bwd_post_early;      /* kg_attn_bwd_fused_sm90_post_early: 1 = its post kernel may start while the
                                      fused pass runs (programmatic dependent launch) */
+    int attn_bwd_stress;          /* kg_attn_bwd_fused_sm90_stress: 1 = a diagnostic build (-D FB_STRESS_NS)
+                                     whose dQ slabs kgate fills with NaN before each launch */
     struct graph_slot graphs[GRAPH_SLOTS]; /* --graph: the current case's launches, captured (run_exec) */
 };
 
@@ -439,6 +441,7 @@ static void arm_read_attn_bwd(struct device *d, struct arm *a)
     }
     a->attn_bwd_fused_atomic = module_int(d, "kg_attn_bwd_fused_sm90", "_atomic", 0) != 0;
     a->attn_bwd_post_early = module_int(d, "kg_attn_bwd_fused_sm90", "_post_early", 0) != 0;
+    a->attn_bwd_stress = module_int(d, "kg_attn_bwd_fused_sm90", "_stress", 0) != 0;
     a->attn_bwd_bm = module_int(d, "kg_attn_bwd_sm90", "_bm", 0);
     a->attn_bwd_dq_bn = module_int(d, "kg_attn_bwd_dq_sm90", "_bn", 0);
     int has = a->attn_bwd_smem[0][0] || a->attn_bwd_smem[1][0];
