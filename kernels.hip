@@ -3621,8 +3621,8 @@ KG_FA_SM90_ENTRY(256, bf16, 1)
 #ifndef FB_STRESS_NS
 #define FB_STRESS_NS 0                     // > 0, a diagnostic build (its times are not the kernel's): each dQ add
 #endif                                     // of the fused pass held back this many ns, and kgate fills the slabs
-                                           // with NaN before each launch, so a read of a slab before its adds
-                                           // have all landed (a post block's wait missing or short) shows
+                                           // with NaN before each launch, so that a slab read before all its adds
+                                           // have landed (a post block's wait missing or short) fails the gates
 #if FB_FUSED && FB_BM != 64
 #error "FB_FUSED needs FB_BM 64"
 #endif

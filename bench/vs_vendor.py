@@ -40,8 +40,8 @@ a gate or kgate failed, 2 on bad usage.
 """
 import argparse
 import json
-import statistics
 import os
+import statistics
 import subprocess
 import sys
 import tempfile

@@ -391,7 +391,8 @@ static void attn_bwd_args(struct run *r, struct attn_bwd_args *x, unsigned q_row
 /* The fused backward of case a (kernel head dim i: 0 for 64, 1 for 128;
  * the arm has it), after kg_attn_bwd_pre_<dt> has written Dsum: the slabs'
  * locks zeroed (the slabs themselves when the arm adds in any order, -D
- * FB_DQ_ATOMIC=1; filled with NaN in a stress build, -D FB_STRESS_NS), then kg_attn_bwd_fused_sm90_d<D>_<dt> (at 128 without
+ * FB_DQ_ATOMIC=1; the slabs filled with NaN in a stress build, -D
+ * FB_STRESS_NS), then kg_attn_bwd_fused_sm90_d<D>_<dt> (at 128 without
  * a mask d128nc, when the arm has it: FB_NC_BM query rows) on grid
  * (ceil(longest Sk / 128), Hkv, B), 384 threads, with Q and dO in boxes of
  * the arm's M rows (attn_bwd_fused_bm) and K and V of 128 (dK, dV and the
