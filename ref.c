@@ -1064,62 +1064,110 @@ REF_INLINE void dot_f32_seq_kt(const float *x, const float *kt, size_t ld, size_
     }
 }
 
-/* --- references: one (token, head) unit at a time --- */
+/* --- references: one (token, head) unit at a time, or a few rows of one head --- */
 
-/* Forward, query token t, head h.  ref: in double, o[d] and *lse (and, if
- * p is not NULL, each visible key's probability in p; if dp is not NULL,
- * each visible key's dO·V in double, made while its row of V is in the
- * caches).  lp: the same computation as an eager framework does it in dtype
- * dt: scores in fp32, rounded to dt; softmax in fp32 (its LSE from the
- * rounded scores); the probabilities rounded to dt; P·V in fp32, rounded to
- * dt. */
-REF_INLINE void attn_ref_fwd(const struct attn_geom *g, const struct attn_in *in, enum dtype dt, size_t t,
-                             size_t h, double *o, double *lse, float *o_lp, float *lse_lp, double *p, double *dp)
+/* The forward's rows at once (attn_ref_rows): query rows a work item of the
+ * statistics takes together, so that each chunk of K, K transposed and V is
+ * read from memory once for all of them, and from the L1 cache after. */
+#define ATTN_ROWS 8
+
+/* One query row of attn_ref_rows: its inputs in double (exact), how many keys
+ * it sees, and its softmax so far, in double and in lp. */
+struct attn_fwd_row {
+    const float *q;
+    size_t nk;
+    double q64[KG_ATTN_DMAX], do64[KG_ATTN_DMAX];
+    double *s, m, l;
+    float *s32, m32, l32, *acc;
+};
+
+/* Forward of the nr <= ATTN_ROWS query tokens t0 .. t0 + nr - 1 of head h,
+ * all of one sequence.  Row r's ref: in double, o[r·d ..] and lse[r] (and,
+ * if p and p[r] are not NULL, each visible key's probability in p[r]; if dp
+ * and dp[r] are not NULL, each visible key's dO·V in double in dp[r]).  lp:
+ * the same computation as an eager framework does it in dtype dt: scores in
+ * fp32, rounded to dt; softmax in fp32 (its LSE from the rounded scores);
+ * the probabilities rounded to dt; P·V in fp32, rounded to dt.  Each row's
+ * products and sums are made in the same order whatever nr is (the same
+ * bits); the rows take each chunk of keys in turn, while it is in the
+ * caches. */
+REF_INLINE void attn_ref_rows(const struct attn_geom *g, const struct attn_in *in, enum dtype dt, size_t t0,
+                              size_t nr, size_t h, double *o, double *lse, float *o_lp, float *lse_lp, double *const *p,
+                              double *const *dp)
 {
-    size_t b = attn_seq_of(g->cu_q, g->b, t), nk = attn_visible(g, b, t - g->cu_q[b]);
-    size_t hk = h / (g->hq / g->hkv), k0 = g->cu_k[b], d = g->d;
-    const float *q = attn_row(in->q, t, g->hq, h, d);
-    for (size_t c = 0; c < d; c++) o[c] = 0, o_lp[c] = 0;
-    *lse = -INFINITY, *lse_lp = -INFINITY;
-    if (nk == 0) return;
-    double q64[KG_ATTN_DMAX], do64[KG_ATTN_DMAX];   /* q and dO in double (exact), converted once */
-    for (size_t c = 0; c < d; c++) q64[c] = q[c];
-    double *s = xmalloc(nk * sizeof(double)), m = -INFINITY, l = 0;
-    float *s32 = xmalloc(nk * sizeof(float)), m32 = -INFINITY, l32 = 0;
-    dot_f32_seq_kt(q, in->kt + hk * d * in->kt_ld + k0, in->kt_ld, nk, d, s32);   /* the lp dots */
-    for (size_t j0 = 0; j0 < nk; j0 += DOT_BATCH) {
-        size_t nb = nk - j0 < DOT_BATCH ? nk - j0 : DOT_BATCH;
+    size_t b = attn_seq_of(g->cu_q, g->b, t0), hk = h / (g->hq / g->hkv), k0 = g->cu_k[b], d = g->d, most = 0;
+    struct attn_fwd_row w[ATTN_ROWS];
+    for (size_t r = 0; r < nr; r++) {
+        struct attn_fwd_row *x = &w[r];
+        x->nk = attn_visible(g, b, t0 + r - g->cu_q[b]);
+        most = x->nk > most ? x->nk : most;
+        x->q = attn_row(in->q, t0 + r, g->hq, h, d);
+        const float *dout = dp && dp[r] ? attn_row(in->dout, t0 + r, g->hq, h, d) : NULL;   /* a forward has none */
+        for (size_t c = 0; c < d; c++)
+            x->q64[c] = x->q[c], x->do64[c] = dout ? dout[c] : 0, o[r * d + c] = 0, o_lp[r * d + c] = 0;
+        lse[r] = -INFINITY, lse_lp[r] = -INFINITY;
+        x->s = xmalloc(x->nk * sizeof(double) + 1), x->m = -INFINITY, x->l = 0;
+        x->s32 = xmalloc(x->nk * sizeof(float) + 1), x->m32 = -INFINITY, x->l32 = 0;
+        x->acc = xcalloc(d, sizeof(float));
+    }
+    const float *kt = in->kt + hk * d * in->kt_ld + k0;
+    for (size_t j0 = 0; j0 < most; j0 += KT_KEYS)   /* the lp dots */
+        for (size_t r = 0; r < nr; r++)
+            if (w[r].nk > j0)
+                dot_f32_seq_kt(w[r].q, kt + j0, in->kt_ld, w[r].nk - j0 < KT_KEYS ? w[r].nk - j0 : KT_KEYS, d,
+                               w[r].s32 + j0);
+    for (size_t j0 = 0; j0 < most; j0 += DOT_BATCH) {   /* the double dots, the scores, their maxima */
         const float *ks[DOT_BATCH];
-        double d64[DOT_BATCH];
-        for (size_t b = 0; b < nb; b++) ks[b] = attn_row(in->k, k0 + j0 + b, g->hkv, hk, d);
-        dot_f64_row(q64, ks, nb, d, d64);
-        for (size_t b = 0, j = j0; b < nb; b++, j++) {
-            s[j] = g->scale * d64[b];
-            s32[j] = dt_round(dt, s32[j] * (float)g->scale);
-            m = s[j] > m ? s[j] : m;
-            m32 = s32[j] > m32 ? s32[j] : m32;
+        for (size_t x = 0; x < DOT_BATCH && j0 + x < most; x++) ks[x] = attn_row(in->k, k0 + j0 + x, g->hkv, hk, d);
+        for (size_t r = 0; r < nr; r++) {
+            struct attn_fwd_row *x = &w[r];
+            size_t nb = x->nk <= j0 ? 0 : x->nk - j0 < DOT_BATCH ? x->nk - j0 : DOT_BATCH;
+            double d64[DOT_BATCH];
+            if (nb) dot_f64_row(x->q64, ks, nb, d, d64);
+            for (size_t bb = 0, j = j0; bb < nb; bb++, j++) {
+                x->s[j] = g->scale * d64[bb];
+                x->s32[j] = dt_round(dt, x->s32[j] * (float)g->scale);
+                x->m = x->s[j] > x->m ? x->s[j] : x->m;
+                x->m32 = x->s32[j] > x->m32 ? x->s32[j] : x->m32;
+            }
         }
     }
-    for (size_t j = 0; j < nk; j++) {
-        s[j] = exp(s[j] - m), l += s[j];
-        s32[j] = expf(s32[j] - m32), l32 += s32[j];
-    }
-    float *acc = xcalloc(d, sizeof(float));
-    const float *dout = dp ? attn_row(in->dout, t, g->hq, h, d) : NULL;
-    for (size_t c = 0; c < d && dp; c++) do64[c] = dout[c];
-    for (size_t j0 = 0; j0 < nk; j0 += DOT_BATCH) {
-        size_t nb = nk - j0 < DOT_BATCH ? nk - j0 : DOT_BATCH;
+    for (size_t r = 0; r < nr; r++)
+        for (size_t j = 0; j < w[r].nk; j++) {
+            struct attn_fwd_row *x = &w[r];
+            x->s[j] = exp(x->s[j] - x->m), x->l += x->s[j];
+            x->s32[j] = expf(x->s32[j] - x->m32), x->l32 += x->s32[j];
+        }
+    for (size_t j0 = 0; j0 < most; j0 += DOT_BATCH) {   /* P·V, and dO·V while these rows of V are in the caches */
         const float *vs[DOT_BATCH];
-        float pl[DOT_BATCH];
-        for (size_t x = 0; x < nb; x++) vs[x] = attn_row(in->v, k0 + j0 + x, g->hkv, hk, d);
-        if (dp) dot_f64_row(do64, vs, nb, d, dp + j0);   /* while these rows of V are in the caches */
-        for (size_t x = 0, j = j0; x < nb; x++, j++) pl[x] = dt_round(dt, s32[j] / l32);
-        axpy_pairs(o, acc, s + j0, pl, vs, nb, d);
+        for (size_t x = 0; x < DOT_BATCH && j0 + x < most; x++) vs[x] = attn_row(in->v, k0 + j0 + x, g->hkv, hk, d);
+        for (size_t r = 0; r < nr; r++) {
+            struct attn_fwd_row *x = &w[r];
+            size_t nb = x->nk <= j0 ? 0 : x->nk - j0 < DOT_BATCH ? x->nk - j0 : DOT_BATCH;
+            float pl[DOT_BATCH];
+            if (!nb) continue;
+            if (dp && dp[r]) dot_f64_row(x->do64, vs, nb, d, dp[r] + j0);
+            for (size_t bb = 0, j = j0; bb < nb; bb++, j++) pl[bb] = dt_round(dt, x->s32[j] / x->l32);
+            axpy_pairs(o + r * d, x->acc, x->s + j0, pl, vs, nb, d);
+        }
     }
-    for (size_t c = 0; c < d; c++) o[c] /= l, o_lp[c] = dt_round(dt, acc[c]);
-    for (size_t j = 0; j < nk && p; j++) p[j] = s[j] / l;
-    *lse = m + log(l), *lse_lp = m32 + logf(l32);
-    free(s), free(s32), free(acc);
+    for (size_t r = 0; r < nr; r++) {
+        struct attn_fwd_row *x = &w[r];
+        if (x->nk) {
+            for (size_t c = 0; c < d; c++) o[r * d + c] /= x->l, o_lp[r * d + c] = dt_round(dt, x->acc[c]);
+            for (size_t j = 0; j < x->nk && p && p[r]; j++) p[r][j] = x->s[j] / x->l;
+            lse[r] = x->m + log(x->l), lse_lp[r] = x->m32 + logf(x->l32);
+        }
+        free(x->s), free(x->s32), free(x->acc);
+    }
+}
+
+/* Forward, query token t, head h, alone (attn_ref_rows of one row, without
+ * the probabilities or dO·V). */
+REF_INLINE void attn_ref_fwd(const struct attn_geom *g, const struct attn_in *in, enum dtype dt, size_t t,
+                             size_t h, double *o, double *lse, float *o_lp, float *lse_lp)
+{
+    attn_ref_rows(g, in, dt, t, 1, h, o, lse, o_lp, lse_lp, NULL, NULL);
 }
 
 /* Sums over the nk keys query token t (head h) sees of P^2 and of dS^2 =
@@ -1137,23 +1185,37 @@ REF_INLINE void attn_ref_squares(const struct attn_geom *g, struct attn_in *in, 
     in->p2[t * g->hq + h] = p2, in->ds2[t * g->hq + h] = ds2;
 }
 
-/* The backward's per-row statistics for query token t, head h: LSE and
- * D = sum_d dO·O, in double (from the double O) and in lp (fp32 from lp's O
- * rounded to dt); and the sums of P^2 and dS^2 (attn_ref_squares). */
-REF_INLINE void attn_ref_stats(const struct attn_geom *g, struct attn_in *in, enum dtype dt, size_t t, size_t h)
+/* The backward's per-row statistics for the query tokens t0 .. t0 + n - 1
+ * (n <= ATTN_ROWS), head h: LSE and D = sum_d dO·O, in double (from the
+ * double O) and in lp (fp32 from lp's O rounded to dt); and the sums of P^2
+ * and dS^2 (attn_ref_squares).  The tokens of one sequence go through
+ * attn_ref_rows together. */
+REF_INLINE void attn_ref_stats(const struct attn_geom *g, struct attn_in *in, enum dtype dt, size_t t0, size_t n,
+                               size_t h)
 {
-    size_t b = attn_seq_of(g->cu_q, g->b, t), nk = attn_visible(g, b, t - g->cu_q[b]);
-    double o[KG_ATTN_DMAX], lse, *p = xmalloc(2 * nk * sizeof *p + 1), *dp = p + nk;
-    float o_lp[KG_ATTN_DMAX], lse_lp;
-    attn_ref_fwd(g, in, dt, t, h, o, &lse, o_lp, &lse_lp, p, dp);
-    const float *dout = attn_row(in->dout, t, g->hq, h, g->d);
-    double ds = 0;
-    float ds32 = 0;
-    for (size_t c = 0; c < g->d; c++) ds += o[c] * dout[c], ds32 += o_lp[c] * dout[c];
-    in->lse_ref[t * g->hq + h] = lse, in->dsum_ref[t * g->hq + h] = ds;
-    in->lse_lp[t * g->hq + h] = lse_lp, in->dsum_lp[t * g->hq + h] = ds32;
-    attn_ref_squares(g, in, t, h, nk, p, dp, ds);
-    free(p);
+    size_t d = g->d;
+    for (size_t t1 = t0; t1 < t0 + n;) {
+        size_t b = attn_seq_of(g->cu_q, g->b, t1), nr = t0 + n - t1, all = 0, nk[ATTN_ROWS];
+        nr = g->cu_q[b + 1] - t1 < nr ? g->cu_q[b + 1] - t1 : nr;   /* the rows of this sequence */
+        for (size_t r = 0; r < nr; r++) nk[r] = attn_visible(g, b, t1 + r - g->cu_q[b]), all += nk[r];
+        double o[ATTN_ROWS * KG_ATTN_DMAX], lse[ATTN_ROWS], *p[ATTN_ROWS], *dp[ATTN_ROWS];
+        float o_lp[ATTN_ROWS * KG_ATTN_DMAX], lse_lp[ATTN_ROWS];
+        double *buf = xmalloc(2 * all * sizeof *buf + 1), *at = buf;
+        for (size_t r = 0; r < nr; r++) p[r] = at, dp[r] = at + nk[r], at += 2 * nk[r];
+        attn_ref_rows(g, in, dt, t1, nr, h, o, lse, o_lp, lse_lp, p, dp);
+        for (size_t r = 0; r < nr; r++) {
+            size_t t = t1 + r;
+            const float *dout = attn_row(in->dout, t, g->hq, h, d);
+            double ds = 0;
+            float ds32 = 0;
+            for (size_t c = 0; c < d; c++) ds += o[r * d + c] * dout[c], ds32 += o_lp[r * d + c] * dout[c];
+            in->lse_ref[t * g->hq + h] = lse[r], in->dsum_ref[t * g->hq + h] = ds;
+            in->lse_lp[t * g->hq + h] = lse_lp[r], in->dsum_lp[t * g->hq + h] = ds32;
+            attn_ref_squares(g, in, t, h, nk[r], p[r], dp[r], ds);
+        }
+        free(buf);
+        t1 += nr;
+    }
 }
 
 /* Scores' backward terms, nb <= DOT_BATCH of them at once: score b is query

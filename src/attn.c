@@ -562,8 +562,8 @@ REF_INLINE void attn_unit(const struct attn_ref_job *j, size_t tok, size_t head,
     double o[KG_ATTN_DMAX], lse, other[KG_ATTN_DMAX];
     float o_lp[KG_ATTN_DMAX], lse_lp, other_lp[KG_ATTN_DMAX];
     switch (j->which) {
-    case AW_O: attn_ref_fwd(&a->g, &a->in, t, tok, head, ref, &lse, lp, &lse_lp, NULL, NULL); break;
-    case AW_LSE: attn_ref_fwd(&a->g, &a->in, t, tok, head, o, ref, o_lp, lp, NULL, NULL); break;
+    case AW_O: attn_ref_fwd(&a->g, &a->in, t, tok, head, ref, &lse, lp, &lse_lp); break;
+    case AW_LSE: attn_ref_fwd(&a->g, &a->in, t, tok, head, o, ref, o_lp, lp); break;
     case AW_DQ: attn_ref_dq(&a->g, &a->in, t, tok, head, ref, lp); break;
     case AW_DK: attn_ref_dkdv(&a->g, &a->in, t, tok, head, ref, other, lp, other_lp); break;
     case AW_DV: attn_ref_dkdv(&a->g, &a->in, t, tok, head, other, ref, other_lp, lp); break;
@@ -603,12 +603,14 @@ REF_FAST static void attn_ref_item_fast(void *ctx, size_t i) { attn_ref_do(ctx, 
 
 /* The backward references' statistics (LSE and rowsum(dO·O) of every query
  * row, in double and in lp, and its sums of P^2 and dS^2), made once per
- * case; item u is token u % Tq of head u / Tq (head by token, for the
- * caches, as attn_ref_item; and its two builds). */
+ * case; item u is the ATTN_ROWS tokens of block u % nblk of head u / nblk,
+ * nblk = ceil(Tq / ATTN_ROWS) (head by token, for the caches, as
+ * attn_ref_item; and its two builds). */
 REF_INLINE void attn_stats_do(void *ctx, size_t u)
 {
     struct run *r = ctx;
-    attn_ref_stats(&r->attn->g, &r->attn->in, r->c->dt, u % r->attn->tq, u / r->attn->tq);
+    size_t tq = r->attn->tq, nblk = (tq + ATTN_ROWS - 1) / ATTN_ROWS, t0 = u % nblk * ATTN_ROWS;
+    attn_ref_stats(&r->attn->g, &r->attn->in, r->c->dt, t0, tq - t0 < ATTN_ROWS ? tq - t0 : ATTN_ROWS, u / nblk);
 }
 static void attn_stats_item(void *ctx, size_t u) { attn_stats_do(ctx, u); }
 REF_FAST static void attn_stats_item_fast(void *ctx, size_t u) { attn_stats_do(ctx, u); }
@@ -621,7 +623,7 @@ static void attn_stats(struct run *r)
     a->in.lse_ref = run_owned(r, n * sizeof(double)), a->in.dsum_ref = run_owned(r, n * sizeof(double));
     a->in.lse_lp = run_owned(r, n * sizeof(float)), a->in.dsum_lp = run_owned(r, n * sizeof(float));
     a->in.p2 = run_owned(r, n * sizeof(double)), a->in.ds2 = run_owned(r, n * sizeof(double));
-    par_for(n, ref_fast() ? attn_stats_item_fast : attn_stats_item, r);
+    par_for((a->tq + ATTN_ROWS - 1) / ATTN_ROWS * a->g.hq, ref_fast() ? attn_stats_item_fast : attn_stats_item, r);
     a->stats_ready = 1;
 }
 
