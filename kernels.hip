@@ -28,6 +28,12 @@
 //   kg_qgemm_sm90_n192_{e4m3,e5m2}_{bf16,f32}  the same at tiles of 128 x 192 (one partial a stage)
 //   kg_qgemm_sm90_blk_{e4m3,e5m2}_{bf16,f32} the same with blockwise scales (1 x 128 of A, 128 x 128 of B)
 //   kg_qgemm_sm90_mx_{e4m3,e5m2}_{bf16,f32}  the same for MX (E8M0 scales per 32 of K): MXFP8, MXFP4
+//   kg_gemm_sm90_{nn,tn,tt}_{f16,bf16} kg_gemm_sm90_<dt> for kgate's other --layout letters
+//   kg_gemm_sm90_wgrad_{f16,bf16}      the grouped GEMM's dB (ragged inner dimension)
+//   kg_attn_fwd_sm90_d{64,128,256}_{f16,bf16}             flash attention forward (head dims up to 256)
+//   kg_attn_bwd_{dkdv,dq}_sm90_d{64,128}_{f16,bf16}       attention backward in two passes
+//   kg_attn_bwd_fused_sm90_{d64,d128,d128nc}_{f16,bf16}   the backward in one pass, dQ summed in order
+//   kg_attn_bwd_dq_post_sm90_{d64,d128,d128nc}_{f16,bf16} dQ from the fused pass's sums
 //   kg_pack_rows                       copies an operand TMA cannot read into 16-byte rows
 //   kg_pack_fp4_e4m3                   the same for FP4 codes, unpacked to E4M3 (exact)
 // gfx942 only (CDNA3: MFMA; optional in a --kernels file):
