@@ -1081,6 +1081,22 @@ struct attn_fwd_row {
     float *s32, m32, l32, *acc;
 };
 
+/* How many keys a row that sees nk keys takes from key j0 in a chunk of at
+ * most n (0 once j0 reaches nk). */
+REF_INLINE size_t attn_chunk_keys(size_t nk, size_t j0, size_t n)
+{
+    return nk <= j0 ? 0 : nk - j0 < n ? nk - j0 : n;
+}
+
+/* Rows of x (K or V) of the chunk of keys k0 + j0 .. (KV head hk), up to
+ * DOT_BATCH of them and none past key k0 + most - 1, into rows. */
+REF_INLINE void attn_chunk_rows(const struct attn_geom *g, const float *x, size_t k0, size_t j0, size_t most,
+                                size_t hk, const float **rows)
+{
+    for (size_t i = 0; i < attn_chunk_keys(most, j0, DOT_BATCH); i++)
+        rows[i] = attn_row(x, k0 + j0 + i, g->hkv, hk, g->d);
+}
+
 /* Forward of the nr <= ATTN_ROWS query tokens t0 .. t0 + nr - 1 of head h,
  * all of one sequence.  Row r's ref: in double, o[r·d ..] and lse[r] (and,
  * if p and p[r] are not NULL, each visible key's probability in p[r]; if dp
@@ -1114,14 +1130,13 @@ REF_INLINE void attn_ref_rows(const struct attn_geom *g, const struct attn_in *i
     for (size_t j0 = 0; j0 < most; j0 += KT_KEYS)   /* the lp dots */
         for (size_t r = 0; r < nr; r++)
             if (w[r].nk > j0)
-                dot_f32_seq_kt(w[r].q, kt + j0, in->kt_ld, w[r].nk - j0 < KT_KEYS ? w[r].nk - j0 : KT_KEYS, d,
-                               w[r].s32 + j0);
+                dot_f32_seq_kt(w[r].q, kt + j0, in->kt_ld, attn_chunk_keys(w[r].nk, j0, KT_KEYS), d, w[r].s32 + j0);
     for (size_t j0 = 0; j0 < most; j0 += DOT_BATCH) {   /* the double dots, the scores, their maxima */
         const float *ks[DOT_BATCH];
-        for (size_t x = 0; x < DOT_BATCH && j0 + x < most; x++) ks[x] = attn_row(in->k, k0 + j0 + x, g->hkv, hk, d);
+        attn_chunk_rows(g, in->k, k0, j0, most, hk, ks);
         for (size_t r = 0; r < nr; r++) {
             struct attn_fwd_row *x = &w[r];
-            size_t nb = x->nk <= j0 ? 0 : x->nk - j0 < DOT_BATCH ? x->nk - j0 : DOT_BATCH;
+            size_t nb = attn_chunk_keys(x->nk, j0, DOT_BATCH);
             double d64[DOT_BATCH];
             if (nb) dot_f64_row(x->q64, ks, nb, d, d64);
             for (size_t bb = 0, j = j0; bb < nb; bb++, j++) {
@@ -1140,10 +1155,10 @@ REF_INLINE void attn_ref_rows(const struct attn_geom *g, const struct attn_in *i
         }
     for (size_t j0 = 0; j0 < most; j0 += DOT_BATCH) {   /* P·V, and dO·V while these rows of V are in the caches */
         const float *vs[DOT_BATCH];
-        for (size_t x = 0; x < DOT_BATCH && j0 + x < most; x++) vs[x] = attn_row(in->v, k0 + j0 + x, g->hkv, hk, d);
+        attn_chunk_rows(g, in->v, k0, j0, most, hk, vs);
         for (size_t r = 0; r < nr; r++) {
             struct attn_fwd_row *x = &w[r];
-            size_t nb = x->nk <= j0 ? 0 : x->nk - j0 < DOT_BATCH ? x->nk - j0 : DOT_BATCH;
+            size_t nb = attn_chunk_keys(x->nk, j0, DOT_BATCH);
             float pl[DOT_BATCH];
             if (!nb) continue;
             if (dp && dp[r]) dot_f64_row(x->do64, vs, nb, d, dp[r] + j0);
