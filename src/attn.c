@@ -601,15 +601,19 @@ REF_INLINE void attn_ref_do(void *ctx, size_t i)
 static void attn_ref_item(void *ctx, size_t i) { attn_ref_do(ctx, i); }
 REF_FAST static void attn_ref_item_fast(void *ctx, size_t i) { attn_ref_do(ctx, i); }
 
+/* The blocks of ATTN_ROWS query tokens (the last may hold fewer) of one
+ * head of a case of tq tokens: the statistics' work items per head. */
+static size_t attn_stats_blocks(size_t tq) { return (tq + ATTN_ROWS - 1) / ATTN_ROWS; }
+
 /* The backward references' statistics (LSE and rowsum(dO·O) of every query
  * row, in double and in lp, and its sums of P^2 and dS^2), made once per
  * case; item u is the ATTN_ROWS tokens of block u % nblk of head u / nblk,
- * nblk = ceil(Tq / ATTN_ROWS) (head by token, for the caches, as
+ * nblk = attn_stats_blocks(Tq) (head by token, for the caches, as
  * attn_ref_item; and its two builds). */
 REF_INLINE void attn_stats_do(void *ctx, size_t u)
 {
     struct run *r = ctx;
-    size_t tq = r->attn->tq, nblk = (tq + ATTN_ROWS - 1) / ATTN_ROWS, t0 = u % nblk * ATTN_ROWS;
+    size_t tq = r->attn->tq, nblk = attn_stats_blocks(tq), t0 = u % nblk * ATTN_ROWS;
     attn_ref_stats(&r->attn->g, &r->attn->in, r->c->dt, t0, tq - t0 < ATTN_ROWS ? tq - t0 : ATTN_ROWS, u / nblk);
 }
 static void attn_stats_item(void *ctx, size_t u) { attn_stats_do(ctx, u); }
@@ -623,7 +627,7 @@ static void attn_stats(struct run *r)
     a->in.lse_ref = run_owned(r, n * sizeof(double)), a->in.dsum_ref = run_owned(r, n * sizeof(double));
     a->in.lse_lp = run_owned(r, n * sizeof(float)), a->in.dsum_lp = run_owned(r, n * sizeof(float));
     a->in.p2 = run_owned(r, n * sizeof(double)), a->in.ds2 = run_owned(r, n * sizeof(double));
-    par_for((a->tq + ATTN_ROWS - 1) / ATTN_ROWS * a->g.hq, ref_fast() ? attn_stats_item_fast : attn_stats_item, r);
+    par_for(attn_stats_blocks(a->tq) * a->g.hq, ref_fast() ? attn_stats_item_fast : attn_stats_item, r);
     a->stats_ready = 1;
 }
 
