@@ -1072,7 +1072,9 @@ __device__ static inline unsigned kg_wg_pack(float v0, float v1, kg_f16) {
 }
 // Within each quad of lanes (4a .. 4a+3; q = lane % 4): p[j] of lane q
 // becomes the p[q] that lane j held (a 4 x 4 transpose, two shfl.xor rounds).
-// Every lane of the warp calls it (none in a WG_STORE_V4=0 build).
+// Every lane of the warp calls it (the GEMM's 16-bit epilogue and the fused
+// attention backward's dK and dV, kg_fb_store_v4; none in a build with
+// WG_STORE_V4=0 and FB_EPI_V4=0).
 __device__ static __forceinline__ __attribute__((unused)) void kg_quad_transpose(unsigned *p, int q) {
 #pragma unroll
     for (int b = 1; b <= 2; b <<= 1)
@@ -3565,7 +3567,8 @@ KG_FA_SM90_ENTRY(256, bf16, 1)
 //     with 128 rows, its 64 rows; 64 with 64 rows, the whole step, the
 //     consumers in turn), and dK += dS^T·Q from registers, and writes the
 //     partial into one of two shared buffers (one at 80 or 128 rows) while
-//     dK runs.
+//     dK runs.  After the walk dK and dV leave in 16-byte stores, the
+//     quad's lanes trading pairs first (FB_EPI_V4, kg_fb_store_v4).
 //     The dQ warp (producer warpgroup, warp 1) adds each partial into the
 //     step's fp32 slab with one TMA bulk reduce, after key blocks 0 .. j-1
 //     have added theirs (a lock per slab, acquire/release at GPU scope):
@@ -3621,9 +3624,9 @@ KG_FA_SM90_ENTRY(256, bf16, 1)
 #ifndef FB_POST_EARLY
 #define FB_POST_EARLY 1                    // 1: the post kernel may start while the fused pass runs (programmatic
 #endif                                     // dependent launch): each block waits for its slab's adds (kg_fb_dq_post)
-#ifndef FB_EPI_SMEM
-#define FB_EPI_SMEM 0                      // 1: dK and dV leave through shared memory in 16-byte stores
-#endif                                     // (kg_fb_store_staged), not in 4-byte stores from the fragments
+#ifndef FB_EPI_V4
+#define FB_EPI_V4 1                        // 1: dK and dV leave in 16-byte stores, the quad's lanes trading
+#endif                                     // pairs first (kg_fb_store_v4); 0: 4-byte stores from the fragments
 #ifndef FB_STRESS_NS
 #define FB_STRESS_NS 0                     // > 0, a diagnostic build (its times are not the kernel's): each dQ add
 #endif                                     // of the fused pass held back this many ns, and kgate fills the slabs
@@ -3768,46 +3771,36 @@ __device__ static __forceinline__ void kg_fb_store(const float *acc, float mul, 
     }
 }
 
-// kg_fb_store's rows through shared memory (FB_EPI_SMEM): the consumer's
-// accumulator (rows r0 .. r0 + 63 of the block, this thread's r0 + warp·16 +
-// lane/4 and 8 below) times mul, rounded, written to the consumer's own 64
-// keys of V (at vc: D/64 pieces of 64 rows x 128 bytes a FB_BN·128 apart;
-// no one reads them after the block's last dP^T, which has retired), each
-// row's eight 16-byte granules swizzled by the row (g ^ row % 8: a warp's
-// stores meet no bank conflict), then read back a granule a thread and
-// stored in 16-byte stores, a row's granules by consecutive threads.  The
-// warpgroup's named barrier 2 + c orders both ways, so that a second call
-// may reuse the space.  Needs Dh % 8 == 0 and out 16-byte aligned (the
-// host's attn_sm90_bwd_pick asks both of every sm_90a backward).
+// kg_fb_store in 16-byte stores (FB_EPI_V4): per row half and 32 columns,
+// the quad's lanes trade their pairs (kg_quad_transpose) so that lane q
+// holds the 8 columns 32k + 8q .. 32k + 8q + 7, stored at once when they lie
+// below Dh: a quarter of the stores, the same values.  Needs Dh % 8 == 0 and
+// out 16-byte aligned (the host's attn_sm90_bwd_pick asks both of every
+// sm_90a backward).
 template <int D, int BF>
-__device__ static __forceinline__ void kg_fb_store_staged(const float *acc, float mul, kg_u16 *out, int row0, int r0,
-                                                          int rows, int H, int h, int Dh, unsigned vc, int c,
-                                                          int warp, int lane) {
+__device__ static __forceinline__ void kg_fb_store_v4(const float *acc, float mul, kg_u16 *out, int row0, int r,
+                                                      int rows, int H, int h, int Dh, int lane) {
+    const int q = lane % 4;
 #pragma unroll
     for (int hh = 0; hh < 2; hh++) {
-        const int rr = warp * 16 + lane / 4 + 8 * hh;
+        const bool in = r + 8 * hh < rows;
+        kg_u16 *row = out + ((kg_i64)(row0 + r + 8 * hh) * H + h) * Dh;
 #pragma unroll
-        for (int i = 0; i < D / 8; i++) {
-            const unsigned at = vc + (unsigned)(i / 8) * FB_BN * 128 + (unsigned)rr * 128 +
-                                (unsigned)(((i % 8) ^ (rr % 8)) * 16 + (lane % 4) * 4);
-            const float v0 = acc[4 * i + 2 * hh] * mul, v1 = acc[4 * i + 2 * hh + 1] * mul;
-            const unsigned w = BF ? kg_wg_pack(v0, v1, kg_bf16()) : kg_wg_pack(v0, v1, kg_f16());
-            asm volatile("st.shared.u32 [%0], %1;" ::"r"(at), "r"(w) : "memory");
+        for (int k = 0; k < D / 32; k++) {
+            unsigned p[4];
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int i = 4 * k + e;
+                const float v0 = acc[4 * i + 2 * hh] * mul, v1 = acc[4 * i + 2 * hh + 1] * mul;
+                p[e] = BF ? kg_wg_pack(v0, v1, kg_bf16()) : kg_wg_pack(v0, v1, kg_f16());
+            }
+            kg_quad_transpose(p, q);   // every lane, before any leaves
+            const int col = 32 * k + 8 * q;
+            if (in && col < Dh)
+                asm volatile("st.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(row + col), "r"(p[0]), "r"(p[1]),
+                             "r"(p[2]), "r"(p[3]) : "memory");
         }
     }
-    asm volatile("bar.sync %0, 128;" ::"r"(2 + c) : "memory");
-#pragma unroll
-    for (int u = 0; u < 64 * (D / 8) / 128; u++) {
-        const int e = u * 128 + warp * 32 + lane, rr = e / (D / 8), i = e % (D / 8), col = 8 * i;
-        if (r0 + rr >= rows || col + 8 > Dh) continue;   // a granule past Dh is dropped whole (Dh % 8 == 0 here)
-        const unsigned at = vc + (unsigned)(i / 8) * FB_BN * 128 + (unsigned)rr * 128 + (unsigned)((i % 8) ^ (rr % 8)) * 16;
-        unsigned w0, w1, w2, w3;
-        asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(w0), "=r"(w1), "=r"(w2), "=r"(w3) : "r"(at));
-        kg_u16 *dst = out + ((kg_i64)(row0 + r0 + rr) * H + h) * Dh + col;
-        asm volatile("st.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(dst), "r"(w0), "r"(w1), "r"(w2), "r"(w3)
-                     : "memory");
-    }
-    asm volatile("bar.sync %0, 128;" ::"r"(2 + c) : "memory");
 }
 
 // The rotated walk's index math (kg_fb_step, kg_fb_dq_sum) between the
@@ -4289,13 +4282,13 @@ __device__ static inline void kg_fb_dkdv(const kg_tmap *tq, const kg_tmap *tdo, 
         kg_bar_arrive(empty + 8 * s);
         if (++s == FB_STAGES) s = 0, phase ^= 1;
     }
-    if (FB_EPI_SMEM) {   // Dh % 8 == 0 on this path (TMA reads Q's rows), and kgate's outputs are 16-byte aligned
-        kg_fb_store_staged<D, BF>(dk, scale, dK, k0, j0 + c * 64, Sk, Hkv, hk, Dh, vc, c, warp, lane);
-        kg_fb_store_staged<D, BF>(dv, 1.0f, dV, k0, j0 + c * 64, Sk, Hkv, hk, Dh, vc, c, warp, lane);
-        return;
+    if (FB_EPI_V4) {   // Dh % 8 == 0 on this path (TMA reads Q's rows), and kgate's outputs are 16-byte aligned
+        kg_fb_store_v4<D, BF>(dk, scale, dK, k0, kr, Sk, Hkv, hk, Dh, lane);
+        kg_fb_store_v4<D, BF>(dv, 1.0f, dV, k0, kr, Sk, Hkv, hk, Dh, lane);
+    } else {
+        kg_fb_store<D, BF>(dk, scale, dK, k0, kr, Sk, Hkv, hk, Dh, lane);
+        kg_fb_store<D, BF>(dv, 1.0f, dV, k0, kr, Sk, Hkv, hk, Dh, lane);
     }
-    kg_fb_store<D, BF>(dk, scale, dK, k0, kr, Sk, Hkv, hk, Dh, lane);
-    kg_fb_store<D, BF>(dv, 1.0f, dV, k0, kr, Sk, Hkv, hk, Dh, lane);
 }
 
 // The body of kg_attn_bwd_dq_sm90_d<D>_<dt> (see the section comment).

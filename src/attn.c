@@ -354,7 +354,7 @@ static int attn_sm90_bwd_pick(const struct run *r)
     const struct arm *arm = r->d->arm;
     size_t d = a->g.d;
     if (d > 128 || !attn_tma_inputs(a) || !tma_aligned(a->d_do, 0, 2) || r->out[a->dq_out].buf % 4 ||
-        r->out[a->dk_out].buf % 16 || r->out[a->dv_out].buf % 16)   /* 16: dK and dV in 16-byte stores (FB_EPI_SMEM) */
+        r->out[a->dk_out].buf % 16 || r->out[a->dv_out].buf % 16)   /* 16: dK and dV in 16-byte stores (FB_EPI_V4) */
         return -1;
     int i = attn_bwd_kdim(a);
     if (attn_fused_bwd(r)) return i;

@@ -125,10 +125,10 @@ if [ -x "$nvcc" ] && [ -x "$ptxas" ]; then
     [ -z "$probs" ] && ! grep -q "kg_attn_bwd_fused_sm90_smem_d" "$tmp/k90.ptx" \
         && ok "-D FB_FUSED=0 (the backward's two passes at every head dim) builds the same way, and does not publish the fused pass's shared memory" \
         || bad "sm_90a, FB_FUSED=0: ${probs:-the build still publishes kg_attn_bwd_fused_sm90_smem_d64 or _d128}"
-    probs=$(FAST=$(fast90_without $N192) sm90_ptx_check -DWG_CLUSTER=2 -DWG_STORE_V4=0 -DFB_DQ_ATOMIC=1 -DFB_ROTATE=1 -DWG_BN=128 -DFB_BM64=64 -DFB_NC_BM=64 -DATTN_PRE_STAGED=0 -DATTN_PRE_WARPS=0 -DFB_EPI_SMEM=1 -DFB_POST_EARLY=0)
+    probs=$(FAST=$(fast90_without $N192) sm90_ptx_check -DWG_CLUSTER=2 -DWG_STORE_V4=0 -DFB_DQ_ATOMIC=1 -DFB_ROTATE=1 -DWG_BN=128 -DFB_BM64=64 -DFB_NC_BM=64 -DATTN_PRE_STAGED=0 -DATTN_PRE_WARPS=0 -DFB_EPI_V4=0 -DFB_POST_EARLY=0)
     [ -z "$probs" ] && ! grep -q "\.entry kg_qgemm_sm90_n192_" "$tmp/k90.ptx" \
-        && ok "the knobs' other side (-D WG_CLUSTER=2 -D WG_STORE_V4=0 -D FB_DQ_ATOMIC=1 -D FB_ROTATE=1 -D WG_BN=128 -D FB_BM64=64 -D FB_NC_BM=64 -D ATTN_PRE_STAGED=0 -D ATTN_PRE_WARPS=0 -D FB_EPI_SMEM=1 -D FB_POST_EARLY=0) builds the same way: wgmma, no spill, no warning, no n192 entries" \
-        || bad "sm_90a, WG_CLUSTER=2 WG_STORE_V4=0 FB_DQ_ATOMIC=1 FB_ROTATE=1 WG_BN=128 FB_BM64=64 FB_NC_BM=64 ATTN_PRE_STAGED=0 ATTN_PRE_WARPS=0 FB_EPI_SMEM=1 FB_POST_EARLY=0: ${probs:-n192 entries in the build}"
+        && ok "the knobs' other side (-D WG_CLUSTER=2 -D WG_STORE_V4=0 -D FB_DQ_ATOMIC=1 -D FB_ROTATE=1 -D WG_BN=128 -D FB_BM64=64 -D FB_NC_BM=64 -D ATTN_PRE_STAGED=0 -D ATTN_PRE_WARPS=0 -D FB_EPI_V4=0 -D FB_POST_EARLY=0) builds the same way: wgmma, no spill, no warning, no n192 entries" \
+        || bad "sm_90a, WG_CLUSTER=2 WG_STORE_V4=0 FB_DQ_ATOMIC=1 FB_ROTATE=1 WG_BN=128 FB_BM64=64 FB_NC_BM=64 ATTN_PRE_STAGED=0 ATTN_PRE_WARPS=0 FB_EPI_V4=0 FB_POST_EARLY=0: ${probs:-n192 entries in the build}"
     grep -q "\.reqnctapercluster 2, 1, 1" "$tmp/k90.ptx" && grep -q "multicast::cluster" "$tmp/k90.ptx" \
         && ok "-D WG_CLUSTER=2: the entries ask for clusters of 2 and load with TMA multicast" \
         || bad "-D WG_CLUSTER=2: no .reqnctapercluster 2, 1, 1 or no multicast in the PTX"
