@@ -3627,6 +3627,10 @@ KG_FA_SM90_ENTRY(256, bf16, 1)
 #ifndef FB_EPI_V4
 #define FB_EPI_V4 1                        // 1: dK and dV leave in 16-byte stores, the quad's lanes trading
 #endif                                     // pairs first (kg_fb_store_v4); 0: 4-byte stores from the fragments
+#ifndef FB_CLK
+#define FB_CLK 0                           // 1, a diagnostic build (its times are not the kernel's): each fused
+#endif                                     // block records its wall clocks (kg_fb_clock), printed by the post
+                                           // kernel's last block as "fbclk" lines (bench/fb_clocks.py)
 #ifndef FB_STRESS_NS
 #define FB_STRESS_NS 0                     // > 0, a diagnostic build (its times are not the kernel's): each dQ add
 #endif                                     // of the fused pass held back this many ns, and kgate fills the slabs
@@ -3935,6 +3939,33 @@ __device__ static __forceinline__ void kg_fb_lock_write(int *p, int v) {
     asm volatile("st.release.gpu.global.b32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
 }
 
+// FB_CLK (a diagnostic build): per fused block, by its linear index (x
+// fastest), the wall clock (%globaltimer, ns) at FB_CLK_SLOTS points: 0 its
+// start (after the early exit), 1 K and V landed (consumer 0), 2 consumer 0's
+// walk done, 3 consumer 0's stores issued, 4 consumer 1's, 5 the dQ warp's
+// last add landed; then its SM.  kg_fb_dq_post_clocks prints and zeroes them.
+#define FB_CLK_SLOTS 6
+#define FB_CLK_N (1 << 16)
+#if FB_CLK
+__device__ unsigned long long kg_fb_clk[FB_CLK_SLOTS + 1][FB_CLK_N];
+#endif
+__device__ static __forceinline__ void kg_fb_clock(int slot) {
+#if FB_CLK
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    const unsigned lin = kg_bid_x() + gridDim.x * (kg_bid_y() + gridDim.y * kg_bid_z());
+    if (lin >= FB_CLK_N) return;
+    kg_fb_clk[slot][lin] = t;
+    if (slot == 0) {
+        unsigned sm;
+        asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
+        kg_fb_clk[FB_CLK_SLOTS][lin] = sm;
+    }
+#else
+    (void)slot;
+#endif
+}
+
 // FB_STRESS_NS > 0 (a diagnostic build): spin that many ns of wall time.
 __device__ static __forceinline__ void kg_fb_stress_stall() {
 #if FB_STRESS_NS > 0
@@ -4160,6 +4191,7 @@ __device__ static inline void kg_fb_dkdv(const kg_tmap *tq, const kg_tmap *tdo, 
     const int q0 = cu_q[b], Sq = cu_q[b + 1] - q0, k0 = cu_k[b], Sk = cu_k[b + 1] - k0, diag = Sk - Sq;
     const int j0 = jb * FB_BN;
     if (j0 >= Sk) return;   // the whole block leaves, before any barrier
+    if (FUSED && tid == 0) kg_fb_clock(0);
     const long long first = causal ? (long long)j0 - diag : 0;   // the first query row that sees key j0
     const int istart = first < 0 ? 0 : first > Sq ? Sq : (int)first, nq = kg_fb_blocks<FUSED, BM>(istart, Sq);
     const int last = Sq > 0 ? (Sq - 1) / BM * BM : 0;   // the fused walk's first block
@@ -4193,9 +4225,11 @@ __device__ static inline void kg_fb_dkdv(const kg_tmap *tq, const kg_tmap *tdo, 
         if (warp == 0)
             kg_fb_dkdv_produce<D, FUSED, BM>(tq, tdo, tk, tv, LSE, Dsum, stat, sk, sqd, kvbar, full, empty, lane, hk,
                                              G, k0, j0, q0, Sq, Hq, istart, last, nq, rot);
-        else if (FUSED && warp == 1)
+        else if (FUSED && warp == 1) {
             kg_fb_dq_sum<D, BM>(acc, locks, sdq, dqfull, lane, jb, (int)kg_fb_slab<BM>(hk * G, nslab, q0, b, 0),
                                 nslab, G, last, nq, rot, rotated ? nkb : 0, R);
+            if (lane == 0) kg_fb_clock(5);
+        }
         return;
     }
 
@@ -4208,6 +4242,7 @@ __device__ static inline void kg_fb_dkdv(const kg_tmap *tq, const kg_tmap *tdo, 
 #pragma unroll
     for (int i = 0; i < D / 2; i++) dv[i] = dk[i] = 0.0f;
     kg_bar_wait(kvbar, 0);
+    if (FUSED && tid == 128) kg_fb_clock(1);
     const unsigned kc = sk + c * 64 * 128, vc = kc + KVB;   // this warpgroup's 64 keys of K and V
     int s = 0;
     unsigned phase = 0;
@@ -4282,6 +4317,7 @@ __device__ static inline void kg_fb_dkdv(const kg_tmap *tq, const kg_tmap *tdo, 
         kg_bar_arrive(empty + 8 * s);
         if (++s == FB_STAGES) s = 0, phase ^= 1;
     }
+    if (FUSED && tid == 128) kg_fb_clock(2);
     if (FB_EPI_V4) {   // Dh % 8 == 0 on this path (TMA reads Q's rows), and kgate's outputs are 16-byte aligned
         kg_fb_store_v4<D, BF>(dk, scale, dK, k0, kr, Sk, Hkv, hk, Dh, lane);
         kg_fb_store_v4<D, BF>(dv, 1.0f, dV, k0, kr, Sk, Hkv, hk, Dh, lane);
@@ -4289,6 +4325,7 @@ __device__ static inline void kg_fb_dkdv(const kg_tmap *tq, const kg_tmap *tdo, 
         kg_fb_store<D, BF>(dk, scale, dK, k0, kr, Sk, Hkv, hk, Dh, lane);
         kg_fb_store<D, BF>(dv, 1.0f, dV, k0, kr, Sk, Hkv, hk, Dh, lane);
     }
+    if (FUSED && tid % 128 == 0) kg_fb_clock(2 + wg);
 }
 
 // The body of kg_attn_bwd_dq_sm90_d<D>_<dt> (see the section comment).
@@ -4489,14 +4526,35 @@ __device__ static inline void kg_fb_dq_post(const float *acc, const int *locks, 
     }
 }
 
+// FB_CLK: once the fused grid is complete, one line per fused block that
+// ran ("fbclk" index SM clock0 .. clock5; a block that left at once has no
+// start), then the clocks zeroed for the next launch, then "fbclk end" and
+// the count of lines (printf's buffer may drop some).
+__device__ static inline void kg_fb_post_clocks() {
+#if FB_CLK
+    volatile unsigned long long(*c)[FB_CLK_N] = kg_fb_clk;
+    int n = 0;
+    for (int i = 0; i < FB_CLK_N; i++) {
+        if (c[0][i] == 0) continue;
+        n++;
+        printf("fbclk %d %llu %llu %llu %llu %llu %llu %llu\n", i, c[FB_CLK_SLOTS][i], c[0][i], c[1][i], c[2][i],
+               c[3][i], c[4][i], c[5][i]);
+        for (int k = 0; k <= FB_CLK_SLOTS; k++) c[k][i] = 0;
+    }
+    printf("fbclk end %d\n", n);
+#endif
+}
+
 // The post kernel's end, in every block: the last block to finish (a count
 // after the slabs' locks, zeroed with them) waits for the fused pass to
 // complete, so that the post grid ends after it and what follows in the
 // stream (a timer's event, a copy of dK) follows both.
 __device__ static inline void kg_fb_dq_post_done(int *count) {
     if (kg_tid() != 0) return;
-    if (atomicAdd(count, 1) == (int)(gridDim.x * gridDim.y * gridDim.z) - 1)
+    if (atomicAdd(count, 1) == (int)(gridDim.x * gridDim.y * gridDim.z) - 1) {
         asm volatile("griddepcontrol.wait;" ::: "memory");
+        kg_fb_post_clocks();
+    }
 }
 
 #define KG_FB_SM90_ENTRY(D, sfx, BF)                                                                      \

@@ -117,6 +117,11 @@ if [ -x "$nvcc" ] && [ -x "$ptxas" ]; then
         && [ "$(fb_timer_entries "$tmp/k90.ptx" | grep "^kg_attn_bwd_fused")" = "$FUSED90" ] \
         && ok "-D FB_STRESS_NS=20000 (a stress build: each dQ add held back, kgate fills the slabs with NaN) builds the same way, publishes kg_attn_bwd_fused_sm90_stress 1, and its $(echo $FUSED90 | wc -w) fused entries read the wall clock" \
         || bad "sm_90a, FB_STRESS_NS=20000: ${probs:-no kg_attn_bwd_fused_sm90_stress = 1, or fused entries without the stall: $(fb_timer_entries "$tmp/k90.ptx" | tr '\n' ' ')}"
+    probs=$(FAST="$FUSED90" sm90_ptx_check -DFB_CLK=1)
+    [ -z "$probs" ] && [ "$(fb_timer_entries "$tmp/k90.ptx" | grep "^kg_attn_bwd_fused")" = "$FUSED90" ] \
+        && [ "$(awk '/\.entry /{e = $3; sub(/\(.*/, "", e)} /\.func /{e = ""} e ~ /^kg_attn_bwd_dq_post_sm90_/ && /vprintf/{n[e]++} END{print length(n)}' "$tmp/k90.ptx")" = "$(echo $FUSED90 | wc -w)" ] \
+        && ok "-D FB_CLK=1 (a diagnostic build: each fused block's clocks, printed by its post kernel for bench/fb_clocks.py) builds the same way; its $(echo $FUSED90 | wc -w) fused entries read the wall clock and as many post entries print" \
+        || bad "sm_90a, FB_CLK=1: ${probs:-fused entries reading the clock: $(fb_timer_entries "$tmp/k90.ptx" | tr '\n' ' '), or post entries without printf}"
     probs=$(FAST=$(fast90_without $MX90 $N192) sm90_ptx_check -DWG_BN=192 -DFB_DQ_ATOMIC=1)
     [ -z "$probs" ] && grep -qE "kg_qgemm_sm90_n192_smem( = 0)?;" "$tmp/k90.ptx" && ! grep -q "\.entry kg_qgemm_sm90_n192_" "$tmp/k90.ptx" \
         && ok "-D WG_BN=192 (128x192 tiles: wgmma n192, the fp8 per-tensor partial one n192 wide, blockwise halves n96; no MX or n192 entries, n192_smem 0) with -D FB_DQ_ATOMIC=1 (the 80-row entry's adds without locks) builds the same way: wgmma, no spill, no warning" \
@@ -143,6 +148,15 @@ if [ -x "$nvcc" ] && [ -x "$ptxas" ]; then
 else
     echo "skip: no nvcc/ptxas (the CUDA toolkit) on this machine"
 fi
+# bench/fb_clocks.py (the FB_CLK build's reader): its sums on a hand-worked log, and its refusals
+python3 bench/fb_clocks.py --self-test >"$tmp/fbc.out" 2>&1 && grep -q "^fb_clocks self-test: ok$" "$tmp/fbc.out" \
+    && ok "bench/fb_clocks.py: a hand-worked log of three blocks on two SMs splits the SM-time as worked out (the shares sum to 1), and launches with a line short or no end are left out" \
+    || bad "bench/fb_clocks.py --self-test: $(head -c 300 "$tmp/fbc.out")"
+printf 'fbclk 0 0 1 2 3 4 5 6\nfbclk end 2\n' >"$tmp/fbc.in"
+python3 bench/fb_clocks.py "$tmp/fbc.in" >"$tmp/fbc.out" 2>&1; rc=$?
+[ $rc = 1 ] && grep -q "no complete launch" "$tmp/fbc.out" \
+    && ok "bench/fb_clocks.py: a log whose launch lacks a line is refused (exit 1, one line)" \
+    || bad "bench/fb_clocks.py on a short launch: rc $rc, $(head -c 200 "$tmp/fbc.out")"
 # fp4_map_check [SED]: kernels.hip's kg_e2m1_e4m3 (the MX entries read MXFP4 through it; SED applied: a
 # planted fault) compiled as C; prints each E2M1 code whose E4M3 code is not ref.c's encoding of its value,
 # then "compared N" (N: the codes codec listed, 16 when it works).
