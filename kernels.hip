@@ -3943,7 +3943,7 @@ __device__ static __forceinline__ void kg_fb_lock_write(int *p, int v) {
 // fastest), the wall clock (%globaltimer, ns) at FB_CLK_SLOTS points: 0 its
 // start (after the early exit), 1 K and V landed (consumer 0), 2 consumer 0's
 // walk done, 3 consumer 0's stores issued, 4 consumer 1's, 5 the dQ warp's
-// last add landed; then its SM.  kg_fb_dq_post_clocks prints and zeroes them.
+// last add landed; then its SM.  kg_fb_post_clocks prints and zeroes them.
 #define FB_CLK_SLOTS 6
 #define FB_CLK_N (1 << 16)
 #if FB_CLK
