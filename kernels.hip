@@ -107,6 +107,18 @@ __device__ static inline float kg_log(float x) {
 #endif
 }
 
+// Wall time in ns (NVIDIA %globaltimer; AMD s_memrealtime, 100 MHz on gfx9):
+// kg_clock's timer probe and the fused backward's diagnostic builds.
+__device__ static inline unsigned long long kg_wall_ns() {
+#if defined(KG_CUDA)
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+#else
+    return __builtin_amdgcn_s_memrealtime() * 10ull;
+#endif
+}
+
 // Every entry point declares whether it accumulates with atomics (so that its
 // result may vary from run to run): kgate reads the device global NAME_atomics
 // after loading the code object; nonzero makes `--repeat` gate each run
@@ -3946,14 +3958,17 @@ __device__ static __forceinline__ void kg_fb_lock_write(int *p, int v) {
 // last add landed; then its SM.  kg_fb_post_clocks prints and zeroes them.
 #define FB_CLK_SLOTS 6
 #define FB_CLK_N (1 << 16)
+// This block's linear index in its grid, x fastest.
+__device__ static __forceinline__ unsigned kg_fb_lin() {
+    return kg_bid_x() + gridDim.x * (kg_bid_y() + gridDim.y * kg_bid_z());
+}
 #if FB_CLK
 __device__ unsigned long long kg_fb_clk[FB_CLK_SLOTS + 1][FB_CLK_N];
 #endif
 __device__ static __forceinline__ void kg_fb_clock(int slot) {
 #if FB_CLK
-    unsigned long long t;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-    const unsigned lin = kg_bid_x() + gridDim.x * (kg_bid_y() + gridDim.y * kg_bid_z());
+    const unsigned long long t = kg_wall_ns();
+    const unsigned lin = kg_fb_lin();
     if (lin >= FB_CLK_N) return;
     kg_fb_clk[slot][lin] = t;
     if (slot == 0) {
@@ -3969,9 +3984,8 @@ __device__ static __forceinline__ void kg_fb_clock(int slot) {
 // FB_STRESS_NS > 0 (a diagnostic build): spin that many ns of wall time.
 __device__ static __forceinline__ void kg_fb_stress_stall() {
 #if FB_STRESS_NS > 0
-    unsigned long long t0, t;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
-    do asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)); while (t - t0 < (unsigned long long)FB_STRESS_NS);
+    const unsigned long long t0 = kg_wall_ns();
+    while (kg_wall_ns() - t0 < (unsigned long long)FB_STRESS_NS) {}
 #endif
 }
 
@@ -4039,7 +4053,7 @@ __device__ static inline void kg_fb_dq_sum(float *acc, int *locks, unsigned sdq,
 // B1 and B4 H32 S4096.
 __device__ static __forceinline__ void kg_fb_order(int *j, int *b, int *hk) {
     const unsigned nkb = gridDim.x, nhb = gridDim.y * gridDim.z;
-    const unsigned lin = kg_bid_x() + nkb * (kg_bid_y() + gridDim.y * kg_bid_z());
+    const unsigned lin = kg_fb_lin();
     const unsigned sec = lin / (FB_SECTION * nkb), in = lin - sec * FB_SECTION * nkb;
     const unsigned w = nhb - sec * FB_SECTION < FB_SECTION ? nhb - sec * FB_SECTION : FB_SECTION;
     const unsigned pair = sec * FB_SECTION + in % w;
@@ -5157,16 +5171,6 @@ KG_QGEMM_MFMA_ENTRIES(bf8, 1, f32, kg_f32)
 #ifndef KG_CLOCK_NS
 #define KG_CLOCK_NS 20000
 #endif
-
-__device__ static inline unsigned long long kg_wall_ns() {
-#if defined(KG_CUDA)
-    unsigned long long t;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-    return t;
-#else
-    return __builtin_amdgcn_s_memrealtime() * 10ull;
-#endif
-}
 
 __device__ static inline unsigned long long kg_cycles() {
 #if defined(KG_CUDA)

@@ -137,9 +137,9 @@ def main(argv):
         print(f"fb_clocks: {argv[1]}: no complete launch (no 'fbclk end' line after as many block lines as it counts)", file=sys.stderr)
         return 1
     print(f"{len(launches)} complete launches")
-    srt = sorted(launches, key=lambda l: summarize(l)["span"])
-    report("median launch", summarize(srt[len(srt) // 2]))
-    report("last launch", summarize(launches[-1]))
+    sums = [summarize(l) for l in launches]
+    report("median launch", sorted(sums, key=lambda s: s["span"])[len(sums) // 2])
+    report("last launch", sums[-1])
     return 0
 
 
