@@ -17,7 +17,13 @@ verdict: the same kgate binary, code object, case, seed, device and
 conditions), so it times without computing the references again, unless
 --gate-every-round.  The fp8 rows run kgate on --inputs normal: dense, as the
 vendor's torch.randn cast to e4m3 is (its default scaled inputs hold many
-small codes, which draw less power).
+small codes, which draw less power).  The vendor's samples follow kgate's
+timer rule (src/timer.c): a warm-up by time, samples until the median is known
+to 0.2% or 3 s have passed, samples below 75% of the card's clock (kgate
+devices) dropped, after the GPU idles a second as it does while kgate starts:
+an fp8 8192^3 GEMM slows as its power limit bites, so a side timed for 50 ms
+from an idle GPU and one timed for 0.3 s would not be compared alike
+(--samples N: N samples instead).
 Prints both in TFLOP/s and the ratio kgate / vendor (time of the vendor over
 time of kgate: above 1 = kgate faster), median over the rounds with the
 min-max spread; one row per vendor operation (attention: cuDNN and flash),
@@ -25,7 +31,7 @@ all timed in the same rounds as kgate.  A backend that refuses a case (it
 raises) gets a row saying so and does not fail the run.
 
     python3 bench/vs_vendor.py [--kgate ./kgate] [--rounds 3] [--only SUBSTR[$] ...] [--json FILE] [--timeout S]
-                               [--repeat N] [--gate-every-round]
+                               [--repeat N] [--gate-every-round] [--samples N]
 
 Each case's seconds and the SM clock of each round go to stderr: kgate's,
 from its timer's clock probe after each sample, and the vendor's, from the
@@ -33,13 +39,15 @@ same kind of probe after each of its samples (a spin of known SM cycles
 between two events, after a spin that keeps the GPU busy while the probe is
 queued; NVIDIA), else from NVML after its samples (where
 torch.cuda.clock_rate can read it: the idle GPU's clock, not the same
-measure); --json keeps them per round.
+measure), and the samples each side dropped as throttled; --json keeps them
+per round.
 
 Exit status: 0 when every case ran and passed its gates, 1 when a case failed
 a gate or kgate failed, 2 on bad usage.
 """
 import argparse
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -318,6 +326,12 @@ CLOCK_CYCLES = 20000   # the clock probe's shorter spin: about 10 us at 2 GHz
 LEAD_CYCLES = 200000   # a spin queued before the probe's first event: about 100 us
 
 
+def probe_available():
+    """Whether this platform has the clock probe: NVIDIA, and torch.cuda._sleep
+    (on ROCm clock64 is not the shader clock)."""
+    return torch.version.hip is None and hasattr(torch.cuda, "_sleep")
+
+
 def clock_probe():
     """Queue the clock probe after a sample, as kgate's timer does after its
     own: two spins, of CLOCK_CYCLES and 3 x CLOCK_CYCLES SM cycles
@@ -330,7 +344,7 @@ def clock_probe():
     on the H200 the probe read -2 to 2033 MHz without it, 1611 to 1615
     with it (bench/HOPPER.md).  The four events, or None where there is no such
     probe (ROCm, whose clock64 is not the shader clock; or no _sleep)."""
-    if torch.version.hip is not None or not hasattr(torch.cuda, "_sleep"):
+    if not probe_available():
         return None
     ev = [torch.cuda.Event(enable_timing=True) for _ in range(4)]
     torch.cuda._sleep(LEAD_CYCLES)
@@ -348,27 +362,101 @@ def probe_mhz(ev):
     return 2 * CLOCK_CYCLES / us if us > 0 else None
 
 
-def vendor_us(fn, flush, samples):
-    """Median time of fn in microseconds, and the median SM clock (MHz) that
-    the clock probe read right after each sample (None without a probe):
-    each sample flushes L2 (a write of the flush buffer) outside the timed
-    window."""
-    for _ in range(5):
-        fn()
-    times, mhz = [], []
-    for _ in range(samples):
+# kgate's timer rule (src/timer.c), which the vendor's samples follow so that both sides
+# are timed the same way: a warm-up of TIMER_WARMUP_S (at least 2 calls), then samples
+# until the median's relative standard error is at most TIMER_RSE (checked every 4th
+# sample, from TIMER_MIN_N on), or TIMER_CAP_S of wall time (at least 3 samples), or
+# TIMER_HARD_CAP_S; samples whose clock probe read below TIMER_THROTTLED of the card's
+# clock are dropped, unless every one is.  The length matters on a card that its power
+# limit slows: on the H100 here `_scaled_mm` e4m3 8192^3 ran 1275 MHz at 697 W when run
+# back to back for 4 s, where 55 calls from an idle GPU keep the boost clock.
+TIMER_WARMUP_S = 0.05
+TIMER_MIN_N = 20
+TIMER_RSE = 0.002
+TIMER_CAP_S = 3.0
+TIMER_HARD_CAP_S = 20.0
+TIMER_MAX_N = 2000
+TIMER_THROTTLED = 0.75
+SETTLE_S = 1.0   # the GPU idle before the vendor's samples, as before kgate's (its start-up)
+
+
+def median_rse(xs):
+    """The relative standard error of the median of the samples xs, as
+    src/timer.c's median_rse: half the width of the order statistics that
+    bracket the median with 95% confidence over 1.96 and the median; 1 below 3."""
+    x = sorted(xs)
+    n = len(x)
+    if n < 3:
+        return 1.0
+    h = 0.98 * n ** 0.5
+    lo, hi = max(0, math.floor(n / 2 - h)), min(n - 1, math.ceil(n / 2 + h))
+    med = statistics.median(x)
+    return (x[hi] - x[lo]) / (2 * 1.96) / med if med > 0 else 1.0
+
+
+def vendor_done(times, wall, fixed=None):
+    """Whether the vendor's sampling stops after `times` (microseconds) over
+    `wall` seconds: at `fixed` samples when given, else by kgate's rule."""
+    n = len(times)
+    if fixed is not None:
+        return n >= fixed
+    return ((n % 4 == 0 and n >= TIMER_MIN_N and median_rse(times) <= TIMER_RSE)
+            or (n >= 3 and wall >= TIMER_CAP_S) or wall >= TIMER_HARD_CAP_S or n >= TIMER_MAX_N)
+
+
+def vendor_summary(times, mhz, floor_mhz):
+    """The median time of the samples `times` kept (those whose clock in
+    `mhz`, None where unread, is not below `floor_mhz`; all of them when every
+    one is, or without a floor), the median clock over all of them (None when
+    none was read), and how many were dropped."""
+    keep = [t for t, c in zip(times, mhz) if floor_mhz is None or c is None or c >= floor_mhz]
+    dropped = len(times) - len(keep)
+    read = [c for c in mhz if c is not None]
+    return statistics.median(keep or times), statistics.median(read) if read else None, dropped if keep else 0
+
+
+def vendor_us(fn, flush, samples=None, floor_mhz=None):
+    """Median time of fn in microseconds, the median SM clock (MHz) that the
+    clock probe read right after each sample (None without a probe), and the
+    samples dropped as throttled, by kgate's timer rule (above; `samples`: a
+    fixed count instead): each sample flushes L2 (a write of the flush
+    buffer) outside the timed window; the GPU idles SETTLE_S first."""
+    torch.cuda.synchronize()
+    time.sleep(SETTLE_S)
+    start = time.monotonic()
+    i = 0
+    while i < 2 or time.monotonic() - start < TIMER_WARMUP_S:
         flush.zero_()
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
         fn()
-        end.record()
+        torch.cuda.synchronize()
+        i += 1
+    times, mhz = [], []
+    start = time.monotonic()
+    while not vendor_done(times, time.monotonic() - start, samples):
+        flush.zero_()
+        t0, t1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        t0.record()
+        fn()
+        t1.record()
         probe = clock_probe()
-        (probe[3] if probe else end).synchronize()
-        times.append(start.elapsed_time(end) * 1e3)
-        clock = probe_mhz(probe) if probe else None
-        if clock is not None:
-            mhz.append(clock)
-    return statistics.median(times), statistics.median(mhz) if mhz else None
+        (probe[3] if probe else t1).synchronize()
+        times.append(t0.elapsed_time(t1) * 1e3)
+        mhz.append(probe_mhz(probe) if probe else None)
+    return vendor_summary(times, mhz, floor_mhz)
+
+
+def card_clock_mhz(kgate):
+    """The card's SM clock in MHz as kgate reads it (`kgate devices`, GPU 0:
+    the clock its timer's throttle floor is a fraction of), or None."""
+    try:
+        p = subprocess.run([kgate, "devices"], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    for line in p.stdout.splitlines():
+        w = line.split(", ")
+        if line.startswith("0 ") and len(w) > 2 and w[2].startswith("clock ") and w[2].endswith(" MHz"):
+            return float(w[2].split()[1]) or None
+    return None
 
 
 def sm_clock_now():
@@ -450,7 +538,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--kgate", default="./kgate")
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--samples", type=int, default=50, help="vendor samples per round")
+    ap.add_argument("--samples", type=int, help="vendor samples per round, a fixed count (default: kgate's timer rule)")
     ap.add_argument("--only", action="append", default=[],
                     help="run the cases whose name contains this (ending in $: ends with it); repeatable: any of them")
     ap.add_argument("--json", help="write the table as JSON to this file")
@@ -463,13 +551,18 @@ def main():
     if not torch.cuda.is_available():
         print("vs_vendor: PyTorch sees no GPU", file=sys.stderr)
         return 2
-    if a.rounds < 1 or a.samples < 1 or a.repeat < 1:
+    if a.rounds < 1 or (a.samples is not None and a.samples < 1) or a.repeat < 1:
         print("vs_vendor: --rounds, --samples and --repeat must be >= 1", file=sys.stderr)
         return 2
     l2 = torch.cuda.get_device_properties(0).L2_cache_size
     flush = torch.empty(max(2 * l2, 64 << 20), dtype=torch.uint8, device="cuda")
+    clock = card_clock_mhz(a.kgate)
+    floor = TIMER_THROTTLED * clock if clock and probe_available() else None
     print("device: %s, torch %s, %d rounds; ratio = vendor time / kgate time (> 1: kgate faster)"
           % (torch.cuda.get_device_name(0), torch.__version__, a.rounds))
+    print("vendor samples: %s; throttled below %s dropped" % (
+        "%d a round" % a.samples if a.samples else "kgate's timer rule", "%.0f MHz" % floor if floor else "- (none)"),
+        file=sys.stderr)
     print("%-44s %12s %12s %24s" % ("case", "vendor TF/s", "kgate TF/s", "ratio (min-max)"))
     rows, status = [], 0
     # kgate's verdicts of this run: the first round's gates, reused by the later rounds
@@ -490,16 +583,19 @@ def main():
                 refused.append((label, str(e).splitlines()[0] if str(e) else type(e).__name__))
         vs = {label: [] for label, _ in fns}
         vclocks = {label: [] for label, _ in fns}
-        ks, clocks, verdicts = [], [], []
+        vdropped = {label: [] for label, _ in fns}
+        ks, clocks, throttled, verdicts = [], [], [], []
         try:
             for rnd in range(a.rounds):
                 for label, fn in fns:
-                    us, mhz = vendor_us(fn, flush, a.samples)
+                    us, mhz, dropped = vendor_us(fn, flush, a.samples, floor)
                     vs[label].append(us)
                     vclocks[label].append(mhz if mhz is not None else sm_clock_now())
+                    vdropped[label].append(dropped)
                 us, case = kgate_us(a.kgate, args, a.timeout, part, rnd, ledger)
                 ks.append(us)
                 clocks.append(kgate_clock(case, part))
+                throttled.append(sum(o["time"].get("throttled", 0) for o in timed_outputs(case, part)))
                 verdicts.append(case["verdict"])
         except (RuntimeError, torch.OutOfMemoryError) as e:
             print("%-44s FAIL %s" % (name, e))
@@ -519,6 +615,7 @@ def main():
             v, k = statistics.median(times), statistics.median(ks)
             row = {"case": name, "vendor": label, "kgate_args": args, "vendor_us": times, "kgate_us": ks,
                    "vendor_sm_clock_mhz": vclocks[label], "kgate_sm_clock_mhz": clocks,
+                   "vendor_throttled": vdropped[label], "kgate_throttled": throttled,
                    "kgate_verdicts": verdicts, "ratios": ratios,
                    "vendor_tflops": flops / v / 1e6, "kgate_tflops": flops / k / 1e6,
                    "ratio": statistics.median(ratios), "ratio_min": min(ratios), "ratio_max": max(ratios)}
@@ -526,9 +623,13 @@ def main():
             print("%-44s %12.1f %12.1f %10.3f (%.3f-%.3f)" % (shown(label), row["vendor_tflops"], row["kgate_tflops"],
                                                                row["ratio"], row["ratio_min"], row["ratio_max"]))
         mhz = lambda cs: " ".join("%.0f" % c if c is not None else "-" for c in cs) or "-"
-        print("  (%s: %.0f s; kgate's verdict per round: %s; SM clock per round, MHz: kgate %s; %s)" % (
-            name, time.monotonic() - t0, " ".join(verdicts), mhz(clocks),
-            "; ".join("%s %s" % (label, mhz(cs)) for label, cs in vclocks.items()) or "no vendor"), file=sys.stderr)
+        print("  (%s: %.0f s; kgate's verdict per round: %s; SM clock per round, MHz: kgate %s; %s;"
+              " throttled samples dropped per round: kgate %s; %s)" % (
+                  name, time.monotonic() - t0, " ".join(verdicts), mhz(clocks),
+                  "; ".join("%s %s" % (label, mhz(cs)) for label, cs in vclocks.items()) or "no vendor",
+                  " ".join(map(str, throttled)),
+                  "; ".join("%s %s" % (label, " ".join(map(str, ds))) for label, ds in vdropped.items()) or "no vendor"),
+              file=sys.stderr)
         sys.stdout.flush()
         save_json(a.json, rows)   # after every case: a run stopped part-way keeps its rows
     save_json(a.json, rows)

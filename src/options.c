@@ -274,8 +274,9 @@ static const char USAGE[] =
     "  noise     CASE                        the A/A band: the arm timed against a copy of itself\n"
     "  ledger    [verify | best]             the ledger as a table; check its hash chain; the best\n"
     "                                        correct checkpoint per case\n"
-    "  devices                               list the CPU and the GPUs the runtime sees (exit 0 with\n"
-    "                                        the CPU alone when no GPU runtime is found)\n"
+    "  devices                               list the CPU and the GPUs the runtime sees, each GPU with\n"
+    "                                        its SMs, clock, memory and identity (exit 0 with the CPU\n"
+    "                                        alone when no GPU runtime is found)\n"
     "  selftest                              prove every gate against clean runs and planted faults\n"
     "  isa       [--arch A] [--expect C]     compile kernels.hip for A (sm_90a, gfx942, ...; default\n"
     "                                        GPU 0; gfx* without hiprtc: clang offline) and list per\n"
@@ -592,14 +593,15 @@ static int cmd_devices(const struct opts *o, const char *sub)
         gpu_check(&g, g.rt.dev_get(&h, i), "getting a device");
         char name[256] = "";
         g.rt.dev_name(name, sizeof name, h);
-        int sms = 0;
+        int sms = 0, khz = 0;
         g.rt.dev_attr(&sms, ATTR_ID[g.pf][AT_SMS], h);
+        g.rt.dev_attr(&khz, ATTR_ID[g.pf][AT_CLOCK_KHZ], h);
         size_t mem = 0;
         g.rt.dev_mem(&mem, h);
         char pci[32], uuid[48];
         gpu_identity(&g, h, pci, sizeof pci, uuid, sizeof uuid);
-        printf("%-4d %s, %d SMs/CUs, %.1f GiB (%s), PCI %s, UUID %s\n", i, name, sms, mem / 1073741824.0,
-               PF_NAME[g.pf], *pci ? pci : "not known", *uuid ? uuid : "not known");
+        printf("%-4d %s, %d SMs/CUs, clock %d MHz, %.1f GiB (%s), PCI %s, UUID %s\n", i, name, sms, khz / 1000,
+               mem / 1073741824.0, PF_NAME[g.pf], *pci ? pci : "not known", *uuid ? uuid : "not known");
     }
     return EXIT_PASS;
 }

@@ -318,3 +318,41 @@ has "$tmp/out" "^rounds: pass cached cached$" "vs_vendor: round 1 runs the gates
 has "$tmp/out" "^rounds, --repeat 2: pass cached$" "vs_vendor: a --repeat run is gated on its own (its conditions differ), then reused"
 has "$tmp/out" "^round 0 on a verdict already in the ledger: refused .*verdict cached" "vs_vendor: the first round must run the gates itself"
 has "$tmp/out" "^a planted fault in round 1: refused" "vs_vendor: a failed gate in a later round is refused (a fault always runs the gates)"
+echo "-- bench/vs_vendor.py times the vendor by kgate's timer rule"
+printf '#!/bin/sh\necho "cpu  x (--device cpu)"\necho "0    NVIDIA H100 80GB HBM3, 132 SMs/CUs, clock 1980 MHz, 79.2 GiB (CUDA), PCI 0000:00:06.0, UUID GPU-x"\n' > "$tmp/fakekg"
+printf '#!/bin/sh\necho "cpu  x (--device cpu)"\n' > "$tmp/fakekg0"
+chmod +x "$tmp/fakekg" "$tmp/fakekg0"
+run python3 - "$tmp/fakekg0" "$tmp/fakekg" <<'PY'
+import importlib.util, sys, types
+torch = types.ModuleType("torch")
+for t in ("bfloat16", "float16", "float32", "float8_e4m3fn"):
+    setattr(torch, t, None)
+sys.modules["torch"] = torch
+spec = importlib.util.spec_from_file_location("vs_vendor", "bench/vs_vendor.py")
+m = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(m)
+def stop_at(times, wall, fixed=None):   # the first count at which the sampling stops
+    return next((n for n in range(1, len(times) + 1) if m.vendor_done(times[:n], wall, fixed)), None)
+print("rse 1..20: %.5f" % m.median_rse(list(range(1, 21))))
+print("steady: stops at", stop_at([100.0] * 40, 0.1))
+print("noisy: stops at", stop_at([100.0 + 10 * (i % 2) for i in range(40)], 0.1))
+print("fixed 5: stops at", stop_at([100.0 + 10 * (i % 2) for i in range(40)], 0.1, 5))
+print("3 s cap: stops at", stop_at([100.0 + 10 * (i % 2) for i in range(40)], 3.0))
+print("20 s cap: stops at", stop_at([100.0 + 10 * (i % 2) for i in range(40)], 20.0))
+print("one throttled:", m.vendor_summary([1.0, 2.0, 3.0, 10.0], [1900, 1900, 1900, 1000], 1485.0))
+print("all throttled:", m.vendor_summary([1.0, 2.0, 3.0, 10.0], [1000] * 4, 1485.0))
+print("no floor:", m.vendor_summary([1.0, 2.0, 3.0, 10.0], [1900, 1900, 1900, 1000], None))
+print("unread clocks:", m.vendor_summary([1.0, 2.0, 3.0], [None] * 3, 1485.0))
+print("card clock:", m.card_clock_mhz(sys.argv[2]), "; no GPU:", m.card_clock_mhz(sys.argv[1]))
+PY
+has "$tmp/out" "^rse 1..20: 0.24295$" "vs_vendor: the median's RSE as src/timer.c computes it (ranks 5 and 15 of 20)"
+has "$tmp/out" "^steady: stops at 20$" "vs_vendor: steady samples stop at kgate's 20"
+has "$tmp/out" "^noisy: stops at None$" "vs_vendor: samples spread 10% go on while time is left"
+has "$tmp/out" "^fixed 5: stops at 5$" "vs_vendor --samples 5: five samples"
+has "$tmp/out" "^3 s cap: stops at 3$" "vs_vendor: 3 s of sampling stop at 3 samples"
+has "$tmp/out" "^20 s cap: stops at 1$" "vs_vendor: 20 s stop whatever the count"
+has "$tmp/out" "^one throttled: \(2.0, 1900.0, 1\)$" "vs_vendor: a sample below the floor is dropped, the clock's median counts it"
+has "$tmp/out" "^all throttled: \(2.5, 1000.0, 0\)$" "vs_vendor: every sample throttled: all kept"
+has "$tmp/out" "^no floor: \(2.5, 1900.0, 0\)$" "vs_vendor: no card clock: nothing dropped"
+has "$tmp/out" "^unread clocks: \(2.0, None, 0\)$" "vs_vendor: samples without a clock reading are kept"
+has "$tmp/out" "^card clock: 1980.0 ; no GPU: None$" "vs_vendor: the card's clock from kgate devices (none without a GPU)"
