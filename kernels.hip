@@ -1978,6 +1978,15 @@ extern "C" __global__ void kg_pack_fp4_e4m3(const unsigned char *src, unsigned c
 #define KG_MFMA 1
 #endif
 
+// A build without the MFMA entries still defines the globals whose value
+// says they exist, as 0 (none), so that kgate's lookups of them succeed: a
+// failed lookup is an API error that compute-sanitizer counts.
+#if !defined(KG_MFMA)
+extern "C" __device__ int kg_gemm_mfma_tile = 0;
+extern "C" __device__ int kg_qgemm_mfma_tile = 0;
+extern "C" __device__ int kg_attn_fwd_mfma_dmax = 0;
+#endif
+
 #if defined(KG_MFMA)
 #define KG_IX __device__ static inline
 
@@ -2158,7 +2167,7 @@ __device__ static inline __attribute__((always_inline)) void kg_gemm_mfma(const 
         }
 }
 
-// The tile kgate sizes kg_gemm_mfma_<dt>'s grid by; its presence says the
+// The tile kgate sizes kg_gemm_mfma_<dt>'s grid by; nonzero says the
 // entries exist (gfx942 builds).
 extern "C" __device__ int kg_gemm_mfma_tile = MF_BM;
 
@@ -3072,7 +3081,7 @@ __device__ static inline void kg_attn_fwd_mfma(const kg_u16 *Q, const kg_u16 *K,
     }
 }
 
-// The head dims kg_attn_fwd_mfma_<dt> takes (1 .. this); its presence says
+// The head dims kg_attn_fwd_mfma_<dt> takes (1 .. this); nonzero says
 // the entries exist (gfx942 builds).
 extern "C" __device__ int kg_attn_fwd_mfma_dmax = MFA_DMAX;
 
@@ -5122,7 +5131,7 @@ __device__ static inline __attribute__((always_inline)) void kg_qgemm_mfma(const
         }
 }
 
-// The tile kgate sizes kg_qgemm_mfma_*'s grid by; its presence says the
+// The tile kgate sizes kg_qgemm_mfma_*'s grid by; nonzero says the
 // entries exist (gfx942 builds).
 extern "C" __device__ int kg_qgemm_mfma_tile = MF_BM;
 

@@ -112,6 +112,10 @@ if [ -x "$nvcc" ] && [ -x "$ptxas" ]; then
     grep -qE "kg_qgemm_sm90_n192_smem = [1-9][0-9]*;" "$tmp/k90.ptx" \
         && ok "the default build publishes the 192-column fp8 entries' shared memory (kg_qgemm_sm90_n192_smem)" \
         || bad "default sm_90a build: kg_qgemm_sm90_n192_smem missing or 0"
+    missing=$(for g in kg_gemm_mfma_tile kg_qgemm_mfma_tile kg_attn_fwd_mfma_dmax; do
+                  grep -qE "\.global \.align 4 \.(u32|b32|s32) $g;" "$tmp/k90.ptx" || echo "$g"; done)
+    [ -z "$missing" ] && ok "the default sm_90a build defines the MFMA entries' globals as 0 (kgate's lookups succeed: no API error under compute-sanitizer)" \
+        || bad "default sm_90a build: no zero global $(echo $missing)"
     probs=$(FAST="$FUSED90" sm90_ptx_check -DFB_STRESS_NS=20000)
     [ -z "$probs" ] && grep -q "kg_attn_bwd_fused_sm90_stress = 1;" "$tmp/k90.ptx" \
         && [ "$(fb_timer_entries "$tmp/k90.ptx" | grep "^kg_attn_bwd_fused")" = "$FUSED90" ] \
