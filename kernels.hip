@@ -3885,9 +3885,47 @@ __device__ static __forceinline__ int kg_fb_blocks(int istart, int Sq) {
     return FUSED ? (Sq - 1) / M - istart / M + 1 : (Sq - istart + M - 1) / M;
 }
 
+// One step's row statistics into the stage's `st` (M floats of LSE·log2e,
+// +inf for a row past the sequence, then M of Dsum, 0 there) by the
+// producer warp's 32 lanes: query rows i0 + lane, i0 + lane + 32, ... of
+// the sequence (first token q0, Sq rows), head h of Hq (one float a row, Hq
+// apart).  At 64 and 80 rows a lane issues all its loads before its first
+// store; at 128 (head dim 64) row by row, which measured faster there
+// (bench/HOPPER.md).
+template <int M>
+__device__ static __forceinline__ void kg_fb_stats(float *stat, int s, const float *LSE, const float *Dsum, int lane,
+                                                   int q0, int i0, int Sq, int Hq, int h) {
+    const float ninf = kg_neg_inf();
+    if constexpr (M <= 80) {
+        constexpr int NE = (M + 31) / 32;
+        float lv[NE], dv[NE];
+#pragma unroll
+        for (int k = 0; k < NE; k++) {
+            const int e = lane + 32 * k, i = i0 + e;
+            const bool in = e < M && i < Sq;
+            lv[k] = in ? LSE[(kg_i64)(q0 + i) * Hq + h] : ninf;
+            dv[k] = in ? Dsum[(kg_i64)(q0 + i) * Hq + h] : 0.0f;
+        }
+#pragma unroll
+        for (int k = 0; k < NE; k++) {
+            const int e = lane + 32 * k;
+            if (e >= M) break;
+            stat[2 * M * s + e] = lv[k] == ninf ? -ninf : lv[k] * 1.4426950408889634f;
+            stat[2 * M * s + M + e] = dv[k];
+        }
+    } else {
+        for (int e = lane; e < M; e += 32) {
+            const int i = i0 + e;
+            const float lse = i < Sq ? LSE[(kg_i64)(q0 + i) * Hq + h] : ninf;
+            stat[2 * M * s + e] = lse == ninf ? -ninf : lse * 1.4426950408889634f;
+            stat[2 * M * s + M + e] = i < Sq ? Dsum[(kg_i64)(q0 + i) * Hq + h] : 0.0f;
+        }
+    }
+}
+
 // The dK/dV producer warp: K and V once, then for each step of the walk
 // (kg_fb_step, M rows a step) the stage's Q, dO (lane 0, TMA) and
-// LSE·log2e, Dsum (every lane, then one arrival each).
+// LSE·log2e, Dsum (every lane, kg_fb_stats, then one arrival each).
 template <int D, int FUSED, int M>
 __device__ static inline void kg_fb_dkdv_produce(const kg_tmap *tq, const kg_tmap *tdo, const kg_tmap *tk,
                                                  const kg_tmap *tv, const float *LSE, const float *Dsum,
@@ -3896,7 +3934,6 @@ __device__ static inline void kg_fb_dkdv_produce(const kg_tmap *tq, const kg_tma
                                                  int j0, int q0, int Sq, int Hq, int istart, int last, int nq,
                                                  int rot) {
     const int CH = D / 64, KVB = FB_KV_BYTES(D), QB = FB_QM_BYTES(M, D);
-    const float ninf = kg_neg_inf();
     if (lane == 0) {
         kg_bar_expect(kvbar, 2 * KVB);
         for (int c = 0; c < CH; c++) {
@@ -3919,12 +3956,7 @@ __device__ static inline void kg_fb_dkdv_produce(const kg_tmap *tq, const kg_tma
                 kg_tma_load3(q + QB + c * M * 128, tdo, 64 * c, h, q0 + i0, full + 8 * s);
             }
         }
-        for (int e = lane; e < M; e += 32) {
-            const int i = i0 + e;
-            const float lse = i < Sq ? LSE[(kg_i64)(q0 + i) * Hq + h] : ninf;
-            stat[2 * M * s + e] = lse == ninf ? -ninf : lse * 1.4426950408889634f;
-            stat[2 * M * s + M + e] = i < Sq ? Dsum[(kg_i64)(q0 + i) * Hq + h] : 0.0f;
-        }
+        kg_fb_stats<M>(stat, s, LSE, Dsum, lane, q0, i0, Sq, Hq, h);
         kg_bar_arrive(full + 8 * s);
         if (++s == FB_STAGES) s = 0, phase ^= 1;
     }
