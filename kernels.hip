@@ -3885,7 +3885,7 @@ __device__ static __forceinline__ int kg_fb_blocks(int istart, int Sq) {
     return FUSED ? (Sq - 1) / M - istart / M + 1 : (Sq - istart + M - 1) / M;
 }
 
-// One step's row statistics into the stage's `st` (M floats of LSE·log2e,
+// One step's row statistics into stage s of `stat` (M floats of LSE·log2e,
 // +inf for a row past the sequence, then M of Dsum, 0 there) by the
 // producer warp's 32 lanes: query rows i0 + lane, i0 + lane + 32, ... of
 // the sequence (first token q0, Sq rows), head h of Hq (one float a row, Hq
