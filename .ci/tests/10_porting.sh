@@ -290,8 +290,9 @@ expect 0 "noise: the A/A band" $K noise gemm --device cpu --shape 32x32x32 --rou
 has "$tmp/out" '^\{"case":"gemm bf16 NT 32x32x32","rounds":3,"aa_ratio":[0-9.]+,"aa_lo":[0-9.]+,"aa_hi":[0-9.]+,"band":[0-9.]+' "noise --json: the A/A ratio, spread and band"
 has "$tmp/out" '"median_rse":[0-9.e-]+,"throttled":0,"sm_clock_mhz":null' "--json time: RSE of the median, throttled count, SM clock (none on the CPU)"
 echo "-- bench/vs_vendor.py's kgate runs: gated in the first round, the verdict reused from its ledger after"
-# torch stands in as an empty module: kgate_us, the part that runs kgate, needs none of it
-run python3 - "$K" "$tmp/vsv" <<'PY'
+# bench/vs_vendor.py as module m, torch standing in as an empty module: the parts tested here
+# (kgate_us, which runs kgate, and the vendor's timer rule) need none of it
+cat > "$tmp/vsv_load.py" <<'PY'
 import importlib.util, os, sys, types
 torch = types.ModuleType("torch")
 for t in ("bfloat16", "float16", "float32", "float8_e4m3fn"):
@@ -300,8 +301,12 @@ sys.modules["torch"] = torch
 spec = importlib.util.spec_from_file_location("vs_vendor", "bench/vs_vendor.py")
 m = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(m)
-kg, led, args = sys.argv[1], os.path.join(sys.argv[2], "kgate.ledger"), "attn --heads 2 --dim 32 --seq 64 --bwd --device cpu"
-os.makedirs(sys.argv[2])
+PY
+run python3 - "$tmp/vsv_load.py" "$K" "$tmp/vsv" <<'PY'
+import os, sys
+exec(open(sys.argv[1]).read())
+kg, led, args = sys.argv[2], os.path.join(sys.argv[3], "kgate.ledger"), "attn --heads 2 --dim 32 --seq 64 --bwd --device cpu"
+os.makedirs(sys.argv[3])
 print("rounds:", " ".join(m.kgate_us(kg, args, 120, "dQ", rnd, led)[1]["verdict"] for rnd in range(3)))
 print("rounds, --repeat 2:", " ".join(m.kgate_us(kg, args + " --repeat 2", 120, "dQ", rnd, led)[1]["verdict"] for rnd in range(2)))
 def refused(a, rnd):
@@ -322,15 +327,9 @@ echo "-- bench/vs_vendor.py times the vendor by kgate's timer rule"
 printf '#!/bin/sh\necho "cpu  x (--device cpu)"\necho "0    NVIDIA H100 80GB HBM3, 132 SMs/CUs, clock 1980 MHz, 79.2 GiB (CUDA), PCI 0000:00:06.0, UUID GPU-x"\n' > "$tmp/fakekg"
 printf '#!/bin/sh\necho "cpu  x (--device cpu)"\n' > "$tmp/fakekg0"
 chmod +x "$tmp/fakekg" "$tmp/fakekg0"
-run python3 - "$tmp/fakekg0" "$tmp/fakekg" <<'PY'
-import importlib.util, sys, types
-torch = types.ModuleType("torch")
-for t in ("bfloat16", "float16", "float32", "float8_e4m3fn"):
-    setattr(torch, t, None)
-sys.modules["torch"] = torch
-spec = importlib.util.spec_from_file_location("vs_vendor", "bench/vs_vendor.py")
-m = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(m)
+run python3 - "$tmp/vsv_load.py" "$tmp/fakekg0" "$tmp/fakekg" <<'PY'
+import sys
+exec(open(sys.argv[1]).read())
 def stop_at(times, wall, fixed=None):   # the first count at which the sampling stops
     return next((n for n in range(1, len(times) + 1) if m.vendor_done(times[:n], wall, fixed)), None)
 print("rse 1..20: %.5f" % m.median_rse(list(range(1, 21))))
@@ -343,7 +342,7 @@ print("one throttled:", m.vendor_summary([1.0, 2.0, 3.0, 10.0], [1900, 1900, 190
 print("all throttled:", m.vendor_summary([1.0, 2.0, 3.0, 10.0], [1000] * 4, 1485.0))
 print("no floor:", m.vendor_summary([1.0, 2.0, 3.0, 10.0], [1900, 1900, 1900, 1000], None))
 print("unread clocks:", m.vendor_summary([1.0, 2.0, 3.0], [None] * 3, 1485.0))
-print("card clock:", m.card_clock_mhz(sys.argv[2]), "; no GPU:", m.card_clock_mhz(sys.argv[1]))
+print("card clock:", m.card_clock_mhz(sys.argv[3]), "; no GPU:", m.card_clock_mhz(sys.argv[2]))
 PY
 has "$tmp/out" "^rse 1..20: 0.24295$" "vs_vendor: the median's RSE as src/timer.c computes it (ranks 5 and 15 of 20)"
 has "$tmp/out" "^steady: stops at 20$" "vs_vendor: steady samples stop at kgate's 20"
