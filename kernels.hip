@@ -3885,6 +3885,13 @@ __device__ static __forceinline__ int kg_fb_blocks(int istart, int Sq) {
     return FUSED ? (Sq - 1) / M - istart / M + 1 : (Sq - istart + M - 1) / M;
 }
 
+// A row's LSE in base 2 (LSE·log2e) for p = exp2(s·scale·log2e - it); a row
+// that sees no key (LSE -inf) gets +inf, so that its p is 0.
+__device__ static __forceinline__ float kg_fb_lse2(float lse) {
+    const float ninf = kg_neg_inf();
+    return lse == ninf ? -ninf : lse * 1.4426950408889634f;
+}
+
 // One step's row statistics into stage s of `stat` (M floats of LSE·log2e,
 // +inf for a row past the sequence, then M of Dsum, 0 there) by the
 // producer warp's 32 lanes: query rows i0 + lane, i0 + lane + 32, ... of
@@ -3910,14 +3917,14 @@ __device__ static __forceinline__ void kg_fb_stats(float *stat, int s, const flo
         for (int k = 0; k < NE; k++) {
             const int e = lane + 32 * k;
             if (e >= M) break;
-            stat[2 * M * s + e] = lv[k] == ninf ? -ninf : lv[k] * 1.4426950408889634f;
+            stat[2 * M * s + e] = kg_fb_lse2(lv[k]);
             stat[2 * M * s + M + e] = dv[k];
         }
     } else {
         for (int e = lane; e < M; e += 32) {
             const int i = i0 + e;
             const float lse = i < Sq ? LSE[(kg_i64)(q0 + i) * Hq + h] : ninf;
-            stat[2 * M * s + e] = lse == ninf ? -ninf : lse * 1.4426950408889634f;
+            stat[2 * M * s + e] = kg_fb_lse2(lse);
             stat[2 * M * s + M + e] = i < Sq ? Dsum[(kg_i64)(q0 + i) * Hq + h] : 0.0f;
         }
     }
@@ -4442,7 +4449,7 @@ __device__ static inline void kg_fb_dq(const kg_tmap *tq, const kg_tmap *tdo, co
     for (int hh = 0; hh < 2; hh++) {
         const int r = r_lo + 8 * hh;
         const float lse = r < Sq ? LSE[(kg_i64)(q0 + r) * Hq + h] : ninf;
-        lse2[hh] = lse == ninf ? -ninf : lse * 1.4426950408889634f;   // a row that sees no key: p = 0
+        lse2[hh] = kg_fb_lse2(lse);
         dsum[hh] = r < Sq ? Dsum[(kg_i64)(q0 + r) * Hq + h] : 0.0f;
     }
     float dq[D / 2], sc[BN / 2], dp[BN / 2];
