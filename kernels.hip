@@ -27,6 +27,7 @@
 //   kg_qgemm_sm90_{e4m3,e5m2}_{bf16,f32}     the same for fp8 with per-tensor or per-row scales
 //   kg_qgemm_sm90_n192_{e4m3,e5m2}_{bf16,f32}  the same at tiles of 128 x 192 (one partial a stage)
 //   kg_qgemm_sm90_blk_{e4m3,e5m2}_{bf16,f32} the same with blockwise scales (1 x 128 of A, 128 x 128 of B)
+//   kg_qgemm_sm90_n192_blk_{e4m3,e5m2}_bf16  blockwise at tiles of 128 x 192 (one partial a stage)
 //   kg_qgemm_sm90_mx_{e4m3,e5m2}_{bf16,f32}  the same for MX (E8M0 scales per 32 of K): MXFP8, MXFP4
 //   kg_gemm_sm90_{nn,tn,tt}_{f16,bf16} kg_gemm_sm90_<dt> for kgate's other --layout letters
 //   kg_gemm_sm90_wgrad_{f16,bf16}      the grouped GEMM's dB (ragged inner dimension)
@@ -617,6 +618,8 @@ kg_gemm_f32(const float *X, const float *Y, float *C, int M, int N, int K, kg_i6
 //                                  one wgmma m64n192k32 wide (WG_BN = 256
 //                                  builds; kgate takes them where the
 //                                  rounds of tiles over the SMs cost less)
+//   kg_qgemm_sm90_n192_blk_{e4m3,e5m2}_bf16  blockwise at tiles of
+//                                  128 x 192, taken by the same rule
 //   kg_qgemm_sm90_mx_{e4m3,e5m2}_{bf16,f32}  MX: one E8M0 scale per 32 of K
 //                                  of each row of A and of B (MXFP8; MXFP4
 //                                  too, its E2M1 codes first unpacked to
@@ -712,6 +715,9 @@ kg_gemm_f32(const float *X, const float *Y, float *C, int M, int N, int K, kg_i6
 #ifndef WG_BLK_V4
 #define WG_BLK_V4 1                         // blockwise fp8 (bf16 out) through the 16-byte stores, consumers 224 registers; 0: pairs
 #endif
+#ifndef WG_N192_BLK
+#define WG_N192_BLK 1                       // 1: blockwise fp8 (bf16 out) at tiles of 128 x 192 where they take fewer rounds
+#endif
 #ifndef WG_NO_PACK
 #define WG_NO_PACK 0                        // 1: odd strides through the loads producer, not packed for TMA
 #endif
@@ -780,6 +786,11 @@ extern "C" __device__ int kg_qgemm_sm90_mx = WG_HAS_MX ? WG_MX : 0;
 // SMs cost fewer columns than at WG_BN's (src/lowprec.c, q_sm90_tile).  0 or
 // absent: none (builds at WG_BN other than 256).
 extern "C" __device__ int kg_qgemm_sm90_n192_smem = WG_BN == 256 ? WG_SMEM_N(192) : 0;
+// 1: the blockwise entries at tiles of 128 x 192 with a bf16 output exist
+// (kg_qgemm_sm90_n192_blk_{e4m3,e5m2}_bf16, one partial a stage as the per
+// tensor ones, times three runs of 64 columns' scales), taken by the same
+// rule; 0 or absent: blockwise keeps WG_BN's tile.
+extern "C" __device__ int kg_qgemm_sm90_n192_blk = WG_BN == 256 && WG_N192_BLK;
 
 // A TMA descriptor (CUtensorMap): 128 opaque bytes built on the host.
 struct __align__(64) kg_tmap { unsigned long long v[16]; };
@@ -1000,7 +1011,10 @@ KG_WG_MMA8(kg_wgmma_n192_e5m2, 192, "e5m2", KG_WG_D96, KG_WG_F96(d), "96", "97",
 // row at BN <= 192 (kg_qgemm_sm90_n192_*) the partial spans all BN columns:
 // one wgmma m64nBNk32 a k32 step, one wait a stage; at 8192^3 5.5% faster
 // than the halves of 256, of which 21 rounds of 192 columns against 16 of
-// 256 explain 1.6 points (README).  WG_FP8_SPAN (per tensor and per row):
+// 256 explain 1.6 points (README).  So does blockwise at BN = 192
+// (kg_qgemm_sm90_n192_blk_*, three runs of 64 columns' scales), which costs
+// 5% more a column than its halves at 256 (8192^3 keeps them; kgate takes
+// it where the rounds save more, bench/HOPPER.md).  WG_FP8_SPAN (per tensor and per row):
 // stages per partial; 1 as shipped, 2 (one wait per stage, sums half as
 // exact) measured 2.1% faster per tensor and at parity per row, 0 (never
 // promoted, a diagnostic) 7.2% faster per tensor.  PRODUCER / CONSUMER: the
@@ -1289,14 +1303,17 @@ __device__ static inline void kg_wg_zero_tail(unsigned sx, unsigned sy, int kv, 
     asm volatile("bar.sync 1, 256;" ::: "memory");
 }
 
-// Blockwise scales (1 x 128 of X, grb x 128 of Y^T; kg_qgemm_sm90_blk_*),
-// this thread's share in a tile: the scale rows (nkb scales each, one per
-// K block) of its tile rows r and r + 8, sa + (m / gra) x nkb, and of the
-// tile's two column halves, sb + g x sbg + (n / grb) x nkb.  A row past the
-// group's rows or a half past N takes the last one's (in range, never
-// stored).  A half lies inside one block of Y^T's rows: the host checks
-// that BN/2 divides grb.
-struct kg_wg_scale_rows { const float *a[2], *b[2]; int z; };
+// Blockwise scales (1 x 128 of X, grb x 128 of Y^T; kg_qgemm_sm90_blk_*,
+// kg_qgemm_sm90_n192_blk_*), this thread's share in a tile: the scale rows
+// (nkb scales each, one per K block) of its tile rows r and r + 8, sa +
+// (m / gra) x nkb, and of the tile's columns n0 and n0 + BN / 2 (BN = 192:
+// n0 + 128), sb + g x sbg + (n / grb) x nkb.  A row past the group's rows
+// or a column past N takes the last one's (in range, never stored).  The
+// host checks that BN / 2 divides grb (BN = 192: 128), so that each half of
+// the tile lies in one block of Y^T's rows, and at BN = 192 (n0 a multiple
+// of 64) so does each run of 64 columns: the first two runs in n0's block
+// when 128 divides n0 (mid), else the last two in n0 + 128's.
+struct kg_wg_scale_rows { const float *a[2], *b[2]; int z, mid; };
 template <int BN>
 __device__ static inline kg_wg_scale_rows kg_wg_scale_rows_at(const kg_wg_at &at, int r, int N, int nkb,
                                                               const float *sa, const float *sb, int gra, int grb,
@@ -1309,9 +1326,10 @@ __device__ static inline kg_wg_scale_rows kg_wg_scale_rows_at(const kg_wg_at &at
     }
 #pragma unroll
     for (int h = 0; h < 2; h++) {
-        const int n = min(at.n0 + h * (BN / 2), N - 1);
+        const int n = min(at.n0 + h * (BN == 192 ? 128 : BN / 2), N - 1);
         s.b[h] = sb + (kg_i64)at.g * sbg + (kg_i64)(n / grb) * nkb;
     }
+    s.mid = at.n0 % 128 == 0;
     // lane_z: z = 0 (N > 0), but it varies per lane as far as ptxas can tell.  A half's scale
     // is the same for the whole warp; proved uniform, ptxas moved each freshly loaded one into
     // a uniform register (R2UR) between the first half's wgmmas, where the warp then waited
@@ -1322,7 +1340,7 @@ __device__ static inline kg_wg_scale_rows kg_wg_scale_rows_at(const kg_wg_at &at
     s.z = lane_z ? r & (N >> 31) : 0;
     return s;
 }
-// The scales of K block kb: v[0..1] the rows', v[2..3] the halves'.
+// The scales of K block kb: v[0..1] the rows', v[2..3] the two columns' above.
 __device__ static inline void kg_wg_scales_load(float v[4], const kg_wg_scale_rows &s, int kb) {
     v[0] = s.a[0][kb], v[1] = s.a[1][kb], v[2] = s.b[0][kb + s.z], v[3] = s.b[1][kb + s.z];
 }
@@ -1336,26 +1354,35 @@ __device__ static __forceinline__ void kg_wg_mma_k32(float *p, unsigned sx, unsi
     In::template mma_n<W>(p, kg_wg_desc_on(sx, kk * 32), kg_wg_desc_on(sy, h * W * 128 + kk * 32), acc);
 }
 // fp8 promotion: a piece's completed partial p (R registers) added into its
-// R accumulators d, times t[row half] (register i holds row half
-// (i >> 1) & 1) when SK, as ref.c's qprod_elem does: fma(partial, scale,
-// acc).
-template <int SK, int R>
-__device__ static __forceinline__ void kg_wg_promote(float *d, const float *p, const float *t) {
+// R accumulators d, times t[run][row half] when SK (register i holds row
+// half (i >> 1) & 1 of run i / RR: RR registers a run of columns), as
+// ref.c's qprod_elem does: fma(partial, scale, acc).
+template <int SK, int R, int RR = R>
+__device__ static __forceinline__ void kg_wg_promote(float *d, const float *p, const float (*t)[2]) {
 #pragma unroll
     for (int i = 0; i < R; i++) {
-        if (SK) d[i] = kg_fma(p[i], t[(i >> 1) & 1], d[i]);
+        if (SK) d[i] = kg_fma(p[i], t[i / RR][(i >> 1) & 1], d[i]);
         else d[i] += p[i];
     }
 }
 
-// SK: stage kb's scales t[half][row half] from nxt (loaded a stage ahead),
-// and stage kb + 1's loaded into nxt.
-__device__ static __forceinline__ void kg_wg_stage_scales(float t[2][2], float nxt[4], const kg_wg_scale_rows &rows,
+// SK: stage kb's scales t[run][row half] from nxt (loaded a stage ahead),
+// and stage kb + 1's loaded into nxt.  Runs: BN = 256, the two halves;
+// BN = 192, three runs of 64 columns, the middle one in n0's block or n0 +
+// 128's (rows.mid).
+template <int BN>
+__device__ static __forceinline__ void kg_wg_stage_scales(float t[3][2], float nxt[4], const kg_wg_scale_rows &rows,
                                                           int kb, int nk) {
+    float u[2][2];   // [column n0's block, n0 + BN / 2's or n0 + 128's][row half]
 #pragma unroll
     for (int h = 0; h < 2; h++)
 #pragma unroll
-        for (int e = 0; e < 2; e++) t[h][e] = nxt[e] * nxt[2 + h];
+        for (int e = 0; e < 2; e++) u[h][e] = nxt[e] * nxt[2 + h];
+#pragma unroll
+    for (int e = 0; e < 2; e++) {
+        t[0][e] = u[0][e], t[BN == 192 ? 2 : 1][e] = u[1][e];
+        if (BN == 192) t[1][e] = rows.mid ? u[0][e] : u[1][e];
+    }
     if (kb + 1 < nk) kg_wg_scales_load(nxt, rows, kb + 1);
 }
 
@@ -1685,10 +1712,10 @@ __device__ static inline void kg_gemm_sm90(const kg_tmap *ta, const kg_tmap *tb,
 
     // consumers: warpgroup 1 owns tile rows [0, 64), warpgroup 2 rows [64, 128)
     asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(CREGS));
-    // whole: per tensor and per row at BN <= 192, each stage's partial spans the tile's whole
-    // width (BN / 2 registers, one wgmma m64nBNk32 a k32 step, one wait a stage); otherwise
-    // two halves of BN / 4 registers in turn
-    constexpr bool whole = In::PROMOTE && !SK && WG_FP8_SPAN == 1 && BN <= 192;
+    // whole: per tensor and per row at BN <= 192, blockwise at 192, each stage's partial spans
+    // the tile's whole width (BN / 2 registers, one wgmma m64nBNk32 a k32 step, one wait a
+    // stage); otherwise two halves of BN / 4 registers in turn
+    constexpr bool whole = In::PROMOTE && (SK == 1 ? BN == 192 : !SK && WG_FP8_SPAN == 1 && BN <= 192);
     const int c = wg - 1, PW = whole ? BN / 2 : In::PROMOTE ? BN / 4 : 1;   // PW: a partial's registers
     // SK = 0 (per tensor, per row): each consumer warp's copy of a tile's
     // column scales (kg_wg_cols_fill), where the MX entries keep theirs
@@ -1713,8 +1740,8 @@ __device__ static inline void kg_gemm_sm90(const kg_tmap *ta, const kg_tmap *tb,
         }
         for (int kb = 0; kb < nk; kb++) {
             const unsigned stage = base + s * WG_STAGE_BYTES_N(BN), sx = stage + c * 64 * 128, sy = stage + WG_A_BYTES;
-            float t[2][2];   // SK: this stage's scales, t[half][row half]
-            if (SK == 1) kg_wg_stage_scales(t, nxt, rows, kb, nk);
+            float t[3][2];   // SK: this stage's scales, t[run][row half]
+            if (SK == 1) kg_wg_stage_scales<BN>(t, nxt, rows, kb, nk);
             kg_bar_wait(bars + 8 * s, phase);
             if (RK && at.k1 - at.k0 - kb * BK < BK) kg_wg_zero_tail<BN>(sx, sy, at.k1 - at.k0 - kb * BK, c, tid % 128);
             if constexpr (SK == 2) {
@@ -1758,7 +1785,8 @@ __device__ static inline void kg_gemm_sm90(const kg_tmap *ta, const kg_tmap *tb,
                     kg_wg_commit();
                     kg_wg_wait<0>();
                     kg_wg_touch<PW>(part);
-                    kg_wg_promote<SK, PW>(d + h * PW, part, t[h]);
+                    // runs: the piece (a half), or at BN = 192 three of 64 columns
+                    kg_wg_promote<SK, PW, whole && BN == 192 ? 32 : PW>(d + h * PW, part, t + h);
                 }
                 kg_wg_release(bars + 8 * (WG_STAGES + s), lane);
                 if (++s == WG_STAGES) s = 0, phase ^= 1;
@@ -1873,6 +1901,8 @@ KG_QGEMM_SM90_ENTRY_N(kg_qgemm_sm90_n192_e4m3_bf16, kg_wg_e4m3, kg_bf16, 0, 192)
 KG_QGEMM_SM90_ENTRY_N(kg_qgemm_sm90_n192_e5m2_bf16, kg_wg_e5m2, kg_bf16, 0, 192)
 KG_QGEMM_SM90_ENTRY_N(kg_qgemm_sm90_n192_e4m3_f32, kg_wg_e4m3, kg_f32, 0, 192)
 KG_QGEMM_SM90_ENTRY_N(kg_qgemm_sm90_n192_e5m2_f32, kg_wg_e5m2, kg_f32, 0, 192)
+KG_QGEMM_SM90_ENTRY_N(kg_qgemm_sm90_n192_blk_e4m3_bf16, kg_wg_e4m3, kg_bf16, 1, 192)
+KG_QGEMM_SM90_ENTRY_N(kg_qgemm_sm90_n192_blk_e5m2_bf16, kg_wg_e5m2, kg_bf16, 1, 192)
 #endif
 #if WG_HAS_MX
 KG_QGEMM_SM90_ENTRY(kg_qgemm_sm90_mx_e4m3_bf16, kg_wg_e4m3, kg_bf16, 2)

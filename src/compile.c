@@ -362,6 +362,7 @@ struct arm {
     int sm90_qmx;                 /* kg_qgemm_sm90_mx: 32 = it has the MX entries (kg_qgemm_sm90_mx_*); 0: none */
     int sm90_q192_smem;           /* kg_qgemm_sm90_n192_smem: > 0 = it has the per-tensor / per-row fp8 entries
                                      at tiles of 128 x 192 (kg_qgemm_sm90_n192_*), with this much dynamic smem */
+    int sm90_qblk192;             /* kg_qgemm_sm90_n192_blk: 1 = it has the blockwise ones too (bf16 output) */
     int mfma_tile;                /* kg_gemm_mfma_tile: 128 = it has the gfx942 MFMA GEMM (kg_gemm_mfma_<dt>); 0: none */
     int mfma_qtile;               /* kg_qgemm_mfma_tile: 128 = it has the gfx942 MFMA fp8 GEMM (kg_qgemm_mfma_*); 0: none */
     int attn_mfma_dmax;           /* kg_attn_fwd_mfma_dmax: the head dims (1 ..) of the gfx942 MFMA attention forward; 0: none */
@@ -458,7 +459,7 @@ static void arm_read_attn_bwd(struct device *d, struct arm *a)
 static void arm_build(struct device *d, struct arm *a)
 {
     a->tile_m = a->tile_n = a->f32_tile_m = a->f32_tile_n = 64;
-    a->sm90_smem = a->sm90_qblock = a->sm90_qf32 = a->sm90_qmx = a->sm90_q192_smem = 0;
+    a->sm90_smem = a->sm90_qblock = a->sm90_qf32 = a->sm90_qmx = a->sm90_q192_smem = a->sm90_qblk192 = 0;
     a->mfma_tile = a->mfma_qtile = a->attn_mfma_dmax = 0;
     memset(a->attn_sm90_smem, 0, sizeof a->attn_sm90_smem);
     memset(a->attn_bwd_smem, 0, sizeof a->attn_bwd_smem);
@@ -511,6 +512,7 @@ static void arm_build(struct device *d, struct arm *a)
     if (a->sm90_q192_smem < 0 || (a->sm90_q192_smem && 192 % a->sm90_cluster))
         die(EXIT_DEVICE, "%s publishes 192-column sm_90a fp8 entries of %d bytes of shared memory in clusters of %d "
             "(want a positive size, clusters that divide 192)", a->src_name, a->sm90_q192_smem, a->sm90_cluster);
+    a->sm90_qblk192 = a->sm90_q192_smem > 0 && a->sm90_qblock ? module_int(d, "kg_qgemm_sm90_n192", "_blk", 0) == 1 : 0;
     if (a->sm90_qmx != 0 && a->sm90_qmx != 32)
         die(EXIT_DEVICE, "%s publishes sm_90a MX entries for scale blocks of %d along K (want 32, the MX block)",
             a->src_name, a->sm90_qmx);

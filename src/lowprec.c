@@ -353,6 +353,15 @@ static void q_cpu_product(struct run *r, const struct output *p)
     free(a), free(b), free(sa), free(sb);
 }
 
+/* The columns that must divide B's scale blocks (grb) for blockwise fp8
+ * entries at tiles of `cols` columns: half the tile, whose halves each lie in
+ * one block; 192 columns: 128, so that each of the tile's runs of 64 does
+ * (kernels.hip, kg_wg_scale_rows). */
+static int sm90_blk_cols(int cols)
+{
+    return cols == 192 ? 128 : cols / 2;
+}
+
 /* Which sm_90a fp8 entry family takes a low-precision case on the arm a,
  * for an output of K columns of inner dimension: 0 none, 1 scales of one
  * block along K (per tensor or per row: kg_qgemm_sm90_<fmt>_<out>, scaled in
@@ -371,28 +380,36 @@ static int q_sm90_family(const struct arm *a, const struct qrun *q, size_t K)
     if (q->f != Q_E4M3 && q->f != Q_E5M2) return 0;
     if (q->gk >= K) return 1;
     return a->sm90_qblock && q->gk == (size_t)a->sm90_qblock && a->sm90_tile_n >= 2 &&
-           grb % (size_t)(a->sm90_tile_n / 2) == 0 ? 2 : 0;
+           grb % (size_t)sm90_blk_cols(a->sm90_tile_n) == 0 ? 2 : 0;
 }
 
-/* Whether the 192-column fp8 entries (kg_qgemm_sm90_n192_*, whose partial
- * sums span the tile's width) take the product L on arm a, `slots` (> 0)
- * clusters at once: their persistent grid's rounds (units over slots)
- * times 192 are fewer than the rounds times the arm's tile columns.  8192^3 takes 21
- * rounds of 192 columns against 16 of 256; 4096^3 keeps 4 of 256 against
- * 6 of 192; a product of one round either way takes 192. */
-static int q_sm90_narrow(const struct arm *a, const struct prod_launch *L, size_t slots)
+/* Whether the 192-column fp8 entries of family fam (q_sm90_family; kg_qgemm_sm90_n192_*,
+ * whose partial sums span the tile's width) take the product L on arm a,
+ * `slots` (> 0) clusters at once: their persistent grid's rounds (units
+ * over slots) times 192 are fewer than the rounds times the arm's tile
+ * columns; blockwise (family 2) by 6% at least, since its one partial at 192
+ * columns costs more a column than its two halves at 256 (measured on an
+ * H100: 8192^3, 21 rounds of 192 against 16 of 256, took 1.035 the time,
+ * 1.052 a column-round; 2000x3000x1024, 2 rounds either way, 0.856).  Per
+ * tensor, 8192^3 takes 192 columns; 4096^3 keeps 4 rounds of 256 against 6
+ * of 192; a product of one round either way takes 192. */
+static int q_sm90_narrow(const struct arm *a, const struct prod_launch *L, size_t slots, int fam)
 {
     size_t wide = sm90_units(a, L, a->sm90_tile_n, NULL), narrow = sm90_units(a, L, 192, NULL);
-    return (narrow + slots - 1) / slots * 192 < (wide + slots - 1) / slots * (size_t)a->sm90_tile_n;
+    size_t pct = fam == 2 ? 106 : 100;
+    return (narrow + slots - 1) / slots * 192 * pct < (wide + slots - 1) / slots * (size_t)a->sm90_tile_n * 100;
 }
 
 /* The tile of the sm_90a fp8 entry of family fam (q_sm90_family) for the
- * product L: 128 x 192 for per-tensor and per-row scales (family 1) where
- * the arm has those entries and q_sm90_narrow says so, else the arm's. */
-static struct sm90_tile q_sm90_tile(const struct run *r, const struct prod_launch *L, int fam)
+ * product L, with an fp32 output or not: 128 x 192 where the arm has such
+ * entries (per-tensor and per-row scales, family 1; blockwise, family 2,
+ * with a bf16 output and B's scale blocks a multiple of 128 columns) and
+ * q_sm90_narrow says so, else the arm's. */
+static struct sm90_tile q_sm90_tile(const struct run *r, const struct prod_launch *L, int fam, int f32)
 {
     const struct arm *a = r->d->arm;
-    if (fam == 1 && a->sm90_q192_smem > 0 && q_sm90_narrow(a, L, sm90_clusters(r->d, a)))
+    int has = fam == 1 || (fam == 2 && a->sm90_qblk192 && !f32 && r->q->op[1].g.gr % sm90_blk_cols(192) == 0);
+    if (has && a->sm90_q192_smem > 0 && q_sm90_narrow(a, L, sm90_clusters(r->d, a), fam))
         return (struct sm90_tile){ 192, a->sm90_q192_smem, 1 };
     return sm90_tile_arm(a);
 }
@@ -412,22 +429,24 @@ static int q_sm90_launch(struct run *r, struct output *p)
     int gra = (int)q->op[0].g.gr, grb = (int)q->op[1].g.gr, fam = q_sm90_family(a, q, L->k);
     int f32 = p->dt == DT_F32 && r->o->trades_precision && a->sm90_qf32;
     if (!fam || (p->dt != DT_BF16 && !f32)) return 0;
-    static const char *const fname[2][4][2] = {   /* [f32][family - 1, or 3: family 1 at 192 columns][E5M2] */
+    static const char *const fname[2][5][2] = {   /* [f32][family - 1, or 3 + family - 1 at 192 columns][E5M2] */
         { { "kg_qgemm_sm90_e4m3_bf16", "kg_qgemm_sm90_e5m2_bf16" },
           { "kg_qgemm_sm90_blk_e4m3_bf16", "kg_qgemm_sm90_blk_e5m2_bf16" },
           { "kg_qgemm_sm90_mx_e4m3_bf16", "kg_qgemm_sm90_mx_e5m2_bf16" },
-          { "kg_qgemm_sm90_n192_e4m3_bf16", "kg_qgemm_sm90_n192_e5m2_bf16" } },
+          { "kg_qgemm_sm90_n192_e4m3_bf16", "kg_qgemm_sm90_n192_e5m2_bf16" },
+          { "kg_qgemm_sm90_n192_blk_e4m3_bf16", "kg_qgemm_sm90_n192_blk_e5m2_bf16" } },
         { { "kg_qgemm_sm90_e4m3_f32", "kg_qgemm_sm90_e5m2_f32" },
           { "kg_qgemm_sm90_blk_e4m3_f32", "kg_qgemm_sm90_blk_e5m2_f32" },
           { "kg_qgemm_sm90_mx_e4m3_f32", "kg_qgemm_sm90_mx_e5m2_f32" },
-          { "kg_qgemm_sm90_n192_e4m3_f32", "kg_qgemm_sm90_n192_e5m2_f32" } } };
+          { "kg_qgemm_sm90_n192_e4m3_f32", "kg_qgemm_sm90_n192_e5m2_f32" },
+          { NULL, NULL } } };   /* no blockwise fp32 output at 192 columns (q_sm90_tile) */
     struct sm90_args s;
-    struct sm90_tile t = q_sm90_tile(r, L, fam);
+    struct sm90_tile t = q_sm90_tile(r, L, fam, f32);
     sm90_args(r, L, 1, p->dt, 0, 0, t, &s);
     void *params[] = { &s.ta, &s.tb, &s.use_tma, &s.x, &s.y, (void *)&q->op[0].d_scales,
                        (void *)&q->op[1].d_scales, &p->buf, &L->doffs, &s.G, &s.units, &s.M, &s.N, &s.K, &gra,
                        &grb };
-    gpu_launch_dims(r->d, fname[f32][t.n192 ? 3 : fam - 1][q->f == Q_E5M2], &s.l, params);
+    gpu_launch_dims(r->d, fname[f32][t.n192 ? 3 + fam - 1 : fam - 1][q->f == Q_E5M2], &s.l, params);
     return 1;
 }
 

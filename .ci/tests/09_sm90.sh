@@ -13,8 +13,10 @@ echo "== sm_90a fast paths: wgmma in kernels.hip's sm_90a build (no GPU)"
 # measured 3% faster than 64 rows all the same, bench/HOPPER.md).
 # the MX entries (absent from -D WG_BN=192 builds, whose halves of 96 columns spill)
 MX90="kg_qgemm_sm90_mx_e4m3_bf16 kg_qgemm_sm90_mx_e5m2_bf16 kg_qgemm_sm90_mx_e4m3_f32 kg_qgemm_sm90_mx_e5m2_f32"
-# the per-tensor / per-row fp8 entries at tiles of 128 x 192 (only in builds at WG_BN=256, the default)
-N192="kg_qgemm_sm90_n192_e4m3_bf16 kg_qgemm_sm90_n192_e5m2_bf16 kg_qgemm_sm90_n192_e4m3_f32 kg_qgemm_sm90_n192_e5m2_f32"
+# the per-tensor / per-row and blockwise (bf16 output) fp8 entries at tiles of 128 x 192 (only in builds
+# at WG_BN=256, the default)
+N192="kg_qgemm_sm90_n192_e4m3_bf16 kg_qgemm_sm90_n192_e5m2_bf16 kg_qgemm_sm90_n192_e4m3_f32 kg_qgemm_sm90_n192_e5m2_f32
+      kg_qgemm_sm90_n192_blk_e4m3_bf16 kg_qgemm_sm90_n192_blk_e5m2_bf16"
 FAST90="kg_gemm_sm90_bf16 kg_gemm_sm90_f16 kg_gemm_sm90_nn_bf16 kg_gemm_sm90_nn_f16 kg_gemm_sm90_tn_bf16
         kg_gemm_sm90_tn_f16 kg_gemm_sm90_tt_bf16 kg_gemm_sm90_tt_f16 kg_gemm_sm90_wgrad_bf16 kg_gemm_sm90_wgrad_f16
         kg_qgemm_sm90_e4m3_bf16 kg_qgemm_sm90_e5m2_bf16 kg_qgemm_sm90_blk_e4m3_bf16 kg_qgemm_sm90_blk_e5m2_bf16
@@ -109,9 +111,9 @@ if [ -x "$nvcc" ] && [ -x "$ptxas" ]; then
     sm90_trans_check "$tmp/k90_tnsp.ptx" | grep -q "^kg_gemm_sm90_tn_bf16: 1 wgmma without" \
         && ok "planted: a TN entry with one wgmma lacking its trans-a operand is named" \
         || bad "planted trans-a: not named: $(sm90_trans_check "$tmp/k90_tnsp.ptx")"
-    grep -qE "kg_qgemm_sm90_n192_smem = [1-9][0-9]*;" "$tmp/k90.ptx" \
-        && ok "the default build publishes the 192-column fp8 entries' shared memory (kg_qgemm_sm90_n192_smem)" \
-        || bad "default sm_90a build: kg_qgemm_sm90_n192_smem missing or 0"
+    grep -qE "kg_qgemm_sm90_n192_smem = [1-9][0-9]*;" "$tmp/k90.ptx" && grep -qE "kg_qgemm_sm90_n192_blk = 1;" "$tmp/k90.ptx" \
+        && ok "the default build publishes the 192-column fp8 entries' shared memory (kg_qgemm_sm90_n192_smem) and its blockwise ones (kg_qgemm_sm90_n192_blk 1)" \
+        || bad "default sm_90a build: kg_qgemm_sm90_n192_smem missing or 0, or kg_qgemm_sm90_n192_blk not 1"
     missing=$(for g in kg_gemm_mfma_tile kg_qgemm_mfma_tile kg_attn_fwd_mfma_dmax; do
                   grep -qE "\.global \.align 4 \.(u32|b32|s32) $g;" "$tmp/k90.ptx" || echo "$g"; done)
     [ -z "$missing" ] && ok "the default sm_90a build defines the MFMA entries' globals as 0 (kgate's lookups succeed: no API error under compute-sanitizer)" \
@@ -128,7 +130,7 @@ if [ -x "$nvcc" ] && [ -x "$ptxas" ]; then
         || bad "sm_90a, FB_CLK=1: ${probs:-fused entries reading the clock: $(fb_timer_entries "$tmp/k90.ptx" | tr '\n' ' '), or post entries without printf}"
     probs=$(FAST=$(fast90_without $MX90 $N192) sm90_ptx_check -DWG_BN=192 -DFB_DQ_ATOMIC=1)
     [ -z "$probs" ] && grep -qE "kg_qgemm_sm90_n192_smem( = 0)?;" "$tmp/k90.ptx" && ! grep -q "\.entry kg_qgemm_sm90_n192_" "$tmp/k90.ptx" \
-        && ok "-D WG_BN=192 (128x192 tiles: wgmma n192, the fp8 per-tensor partial one n192 wide, blockwise halves n96; no MX or n192 entries, n192_smem 0) with -D FB_DQ_ATOMIC=1 (the 80-row entry's adds without locks) builds the same way: wgmma, no spill, no warning" \
+        && ok "-D WG_BN=192 (128x192 tiles: wgmma n192, the fp8 per-tensor and blockwise partial one n192 wide; no MX or n192 entries, n192_smem 0) with -D FB_DQ_ATOMIC=1 (the 80-row entry's adds without locks) builds the same way: wgmma, no spill, no warning" \
         || bad "sm_90a, WG_BN=192 FB_DQ_ATOMIC=1: ${probs:-kg_qgemm_sm90_n192_smem not 0}"
     probs=$(sm90_ptx_check -DFB_FUSED=0)
     [ -z "$probs" ] && ! grep -q "kg_attn_bwd_fused_sm90_smem_d" "$tmp/k90.ptx" \
@@ -203,7 +205,7 @@ if [ -n "$cudir" ] && { ldconfig -p 2>/dev/null | grep -q libnvrtc || [ -e /usr/
             kg_qgemm_sm90_mx_e4m3*:QGMMA.64x128x32.F32.E4M3.E4M3|kg_qgemm_sm90_mx_e5m2*:QGMMA.64x128x32.F32.E5M2.E5M2)
                 [ "${w:-0}" -ge 2 ] && ok "$e: $w wgmma in SASS, first $first" || bad "$e: wgmma column '$w'" ;;
             # the 192-column entries: one m64n192k32 a k32 step (the partial spans the tile)
-            kg_qgemm_sm90_n192_e4m3*:QGMMA.64x192x32.F32.E4M3.E4M3|kg_qgemm_sm90_n192_e5m2*:QGMMA.64x192x32.F32.E5M2.E5M2)
+            kg_qgemm_sm90_n192_*e4m3*:QGMMA.64x192x32.F32.E4M3.E4M3|kg_qgemm_sm90_n192_*e5m2*:QGMMA.64x192x32.F32.E5M2.E5M2)
                 [ "${w:-0}" -ge 4 ] && ok "$e: $w wgmma in SASS, first $first" || bad "$e: wgmma column '$w'" ;;
             kg_gemm_*:HGMMA.64x256x16.F32*|kg_qgemm_*e4m3*:QGMMA.64x128x32.F32.E4M3.E4M3|kg_qgemm_*e5m2*:QGMMA.64x128x32.F32.E5M2.E5M2)
                 [ "${w:-0}" -ge 4 ] && ok "$e: $w wgmma in SASS, first $first" || bad "$e: wgmma column '$w'" ;;
