@@ -619,7 +619,8 @@ kg_gemm_f32(const float *X, const float *Y, float *C, int M, int N, int K, kg_i6
 //                                  builds; kgate takes them where the
 //                                  rounds of tiles over the SMs cost less)
 //   kg_qgemm_sm90_n192_blk_{e4m3,e5m2}_bf16  blockwise at tiles of
-//                                  128 x 192, taken by the same rule
+//                                  128 x 192, taken where the rounds cost
+//                                  6% fewer columns at least
 //   kg_qgemm_sm90_mx_{e4m3,e5m2}_{bf16,f32}  MX: one E8M0 scale per 32 of K
 //                                  of each row of A and of B (MXFP8; MXFP4
 //                                  too, its E2M1 codes first unpacked to
@@ -716,7 +717,7 @@ kg_gemm_f32(const float *X, const float *Y, float *C, int M, int N, int K, kg_i6
 #define WG_BLK_V4 1                         // blockwise fp8 (bf16 out) through the 16-byte stores, consumers 224 registers; 0: pairs
 #endif
 #ifndef WG_N192_BLK
-#define WG_N192_BLK 1                       // 1: blockwise fp8 (bf16 out) at tiles of 128 x 192 where they take fewer rounds
+#define WG_N192_BLK 1                       // 1: blockwise fp8 (bf16 out) has entries at tiles of 128 x 192 (0: none)
 #endif
 #ifndef WG_NO_PACK
 #define WG_NO_PACK 0                        // 1: odd strides through the loads producer, not packed for TMA
@@ -788,8 +789,10 @@ extern "C" __device__ int kg_qgemm_sm90_mx = WG_HAS_MX ? WG_MX : 0;
 extern "C" __device__ int kg_qgemm_sm90_n192_smem = WG_BN == 256 ? WG_SMEM_N(192) : 0;
 // 1: the blockwise entries at tiles of 128 x 192 with a bf16 output exist
 // (kg_qgemm_sm90_n192_blk_{e4m3,e5m2}_bf16, one partial a stage as the per
-// tensor ones, times three runs of 64 columns' scales), taken by the same
-// rule; 0 or absent: blockwise keeps WG_BN's tile.
+// tensor ones, times three runs of 64 columns' scales), which kgate takes
+// where the rounds cost at least 6% fewer columns than at WG_BN's (a column
+// costs blockwise about 5% more at 192: src/lowprec.c, q_sm90_narrow); 0 or
+// absent: blockwise keeps WG_BN's tile.
 extern "C" __device__ int kg_qgemm_sm90_n192_blk = WG_BN == 256 && WG_N192_BLK;
 
 // A TMA descriptor (CUtensorMap): 128 opaque bytes built on the host.
