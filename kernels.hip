@@ -1316,11 +1316,12 @@ __device__ static inline void kg_wg_zero_tail(unsigned sx, unsigned sy, int kv, 
 // the tile lies in one block of Y^T's rows, and at BN = 192 (n0 a multiple
 // of 64) so does each run of 64 columns: the first two runs in n0's block
 // when 128 divides n0 (mid), else the last two in n0 + 128's.
-struct kg_wg_scale_rows { const float *a[2], *b[2]; int z, mid; };
+// q: the K block this lane loads of a group (kg_wg_scales_load).
+struct kg_wg_scale_rows { const float *a[2], *b[2]; int q, mid; };
 template <int BN>
 __device__ static inline kg_wg_scale_rows kg_wg_scale_rows_at(const kg_wg_at &at, int r, int N, int nkb,
                                                               const float *sa, const float *sb, int gra, int grb,
-                                                              int sbg, bool lane_z) {
+                                                              int sbg, int q) {
     kg_wg_scale_rows s;
 #pragma unroll
     for (int e = 0; e < 2; e++) {
@@ -1333,19 +1334,14 @@ __device__ static inline kg_wg_scale_rows kg_wg_scale_rows_at(const kg_wg_at &at
         s.b[h] = sb + (kg_i64)at.g * sbg + (kg_i64)(n / grb) * nkb;
     }
     s.mid = at.n0 % 128 == 0;
-    // lane_z: z = 0 (N > 0), but it varies per lane as far as ptxas can tell.  A half's scale
-    // is the same for the whole warp; proved uniform, ptxas moved each freshly loaded one into
-    // a uniform register (R2UR) between the first half's wgmmas, where the warp then waited
-    // for the load (6.8% of blockwise's stall samples, README).  Read at kb + z, it stays in
-    // a vector register until the next stage's scale products use it: blockwise e4m3 8192^3
-    // 3.5% faster.  Only the 16-bit outputs' entries, at 224 registers, hold it without a
-    // spill.
-    s.z = lane_z ? r & (N >> 31) : 0;
+    s.q = q;
     return s;
 }
-// The scales of K block kb: v[0..1] the rows', v[2..3] the two columns' above.
-__device__ static inline void kg_wg_scales_load(float v[4], const kg_wg_scale_rows &s, int kb) {
-    v[0] = s.a[0][kb], v[1] = s.a[1][kb], v[2] = s.b[0][kb + s.z], v[3] = s.b[1][kb + s.z];
+// The scales of K block kb0 + s.q if it is below nk: v[0..1] the rows',
+// v[2..3] the two columns' above.
+__device__ static inline void kg_wg_scales_load(float v[4], const kg_wg_scale_rows &s, int kb0, int nk) {
+    const int k = kb0 + s.q;
+    if (k < nk) v[0] = s.a[0][k], v[1] = s.a[1][k], v[2] = s.b[0][k], v[3] = s.b[1][k];
 }
 
 // fp8: k32 step kk of piece h of a stage (the W columns of Y^T from h x W:
@@ -1369,24 +1365,36 @@ __device__ static __forceinline__ void kg_wg_promote(float *d, const float *p, c
     }
 }
 
-// SK: stage kb's scales t[run][row half] from nxt (loaded a stage ahead),
-// and stage kb + 1's loaded into nxt.  Runs: BN = 256, the two halves;
+// SK: stage kb's scales t[run][row half] from nxt, loaded a stage ahead,
+// and the next ones loaded into nxt.  Runs: BN = 256, the two halves;
 // BN = 192, three runs of 64 columns, the middle one in n0's block or n0 +
-// 128's (rows.mid).
-template <int BN>
+// 128's (rows.mid).  QUAD (the 16-bit outputs' entries, at 224 registers):
+// the four lanes of a quad, which share their rows, hold four K blocks,
+// lane q block kb0 + q (rows.q), loaded together at the group's last stage
+// before; stage kb takes lane kb % 4's by shuffles.  That is a quarter of
+// the loads and their 64-bit address arithmetic, where Nsight Compute put
+// about 9% of blockwise's samples (bench/HOPPER.md): 1.1% less time at
+// 8192^3, 3.2% at 2000x3000x8192 (192 columns).  A shuffled scale is per
+// lane as far as ptxas can tell, so it stays in a vector register (proved
+// warp-uniform, a column half's scale was moved into a uniform register,
+// R2UR, right after its load, and the warp waited there).  Otherwise (fp32
+// outputs, 216 registers, where the quads spill) each lane loads each block.
+template <int BN, bool QUAD>
 __device__ static __forceinline__ void kg_wg_stage_scales(float t[3][2], float nxt[4], const kg_wg_scale_rows &rows,
-                                                          int kb, int nk) {
-    float u[2][2];   // [column n0's block, n0 + BN / 2's or n0 + 128's][row half]
+                                                          int kb, int nk, int lane) {
+    float w[4], u[2][2];   // u: [column n0's block, n0 + BN / 2's or n0 + 128's][row half]
+#pragma unroll
+    for (int i = 0; i < 4; i++) w[i] = QUAD ? __shfl_sync(0xffffffffu, nxt[i], (lane & ~3) | (kb & 3)) : nxt[i];
 #pragma unroll
     for (int h = 0; h < 2; h++)
 #pragma unroll
-        for (int e = 0; e < 2; e++) u[h][e] = nxt[e] * nxt[2 + h];
+        for (int e = 0; e < 2; e++) u[h][e] = w[e] * w[2 + h];
 #pragma unroll
     for (int e = 0; e < 2; e++) {
         t[0][e] = u[0][e], t[BN == 192 ? 2 : 1][e] = u[1][e];
         if (BN == 192) t[1][e] = rows.mid ? u[0][e] : u[1][e];
     }
-    if (kb + 1 < nk) kg_wg_scales_load(nxt, rows, kb + 1);
+    if ((!QUAD || (kb & 3) == 3) && kb + 1 < nk) kg_wg_scales_load(nxt, rows, kb + 1, nk);
 }
 
 // MX (SK = 2).  An E8M0 scale byte as a float: 2^(e - 127), 0xFF NaN.
@@ -1738,13 +1746,14 @@ __device__ static inline void kg_gemm_sm90(const kg_tmap *ta, const kg_tmap *tb,
         kg_wg_scale_rows rows;
         float nxt[4];
         if (SK == 1) {
-            rows = kg_wg_scale_rows_at<BN>(at, c * 64 + warp * 16 + lane / 4, N, nk, sa, sb, gra, grb, sbg, blk_v4);
-            if (nk > 0) kg_wg_scales_load(nxt, rows, 0);
+            rows = kg_wg_scale_rows_at<BN>(at, c * 64 + warp * 16 + lane / 4, N, nk, sa, sb, gra, grb, sbg,
+                                           blk_v4 ? lane & 3 : 0);
+            if (nk > 0) kg_wg_scales_load(nxt, rows, 0, nk);
         }
         for (int kb = 0; kb < nk; kb++) {
             const unsigned stage = base + s * WG_STAGE_BYTES_N(BN), sx = stage + c * 64 * 128, sy = stage + WG_A_BYTES;
             float t[3][2];   // SK: this stage's scales, t[run][row half]
-            if (SK == 1) kg_wg_stage_scales<BN>(t, nxt, rows, kb, nk);
+            if (SK == 1) kg_wg_stage_scales<BN, blk_v4>(t, nxt, rows, kb, nk, lane);
             kg_bar_wait(bars + 8 * s, phase);
             if (RK && at.k1 - at.k0 - kb * BK < BK) kg_wg_zero_tail<BN>(sx, sy, at.k1 - at.k0 - kb * BK, c, tid % 128);
             if constexpr (SK == 2) {
